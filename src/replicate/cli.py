@@ -1,0 +1,177 @@
+"""`python -m replicate`: list chapters, run them at a preset, build the book, validate it.
+
+    python -m replicate list
+    python -m replicate run 07_optimizers --preset cpu -p iterations 5000
+    python -m replicate build
+    python -m replicate validate 07_optimizers
+
+`run` executes a chapter's source notebook with papermill into a staging folder and moves the
+executed notebook (to `book/claims/`) and its verdict (to `book/results/`) into place only when
+every cell succeeded, so a failed run never replaces a good chapter.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import presets
+from .runtime import BOOK_DIR, PACKAGE_DIR, PROJECT_ROOT
+
+SANITIZE_FILE = PACKAGE_DIR / "nbval_sanitize.cfg"
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _select(names: list[str]) -> list[presets.Chapter]:
+    known = presets.chapters()
+    if not names:
+        return list(known.values())
+    return [presets.get_chapter(n) for n in names]
+
+
+def cmd_list(args) -> int:
+    for ch in presets.chapters().values():
+        status = "" if ch.notebook.exists() else "  (notebook missing)"
+        print(f"{ch.name}  [{', '.join(ch.presets)}]{status}\n    {ch.title}\n    claim: {ch.claim}")
+    return 0
+
+
+def _parse_overrides(pairs: list[list[str]]) -> dict:
+    return {name: presets.parse_value(text) for name, text in pairs}
+
+
+def _move_into_place(src: Path, dest: Path) -> None:
+    """Copy next to `dest` then rename, so `dest` is either the old file or the whole new one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.incoming")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
+
+
+def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: Path,
+                results_dir: Path) -> tuple[bool, str]:
+    import papermill as pm
+
+    with tempfile.TemporaryDirectory(prefix=f"replicate-{ch.name}-") as staging:
+        staging = Path(staging)
+        out = staging / f"{ch.name}.ipynb"
+        old_env = os.environ.get("REPLICATE_RESULTS_DIR")
+        os.environ["REPLICATE_RESULTS_DIR"] = str(staging / "results")
+        started = time.perf_counter()
+        try:
+            pm.execute_notebook(str(ch.notebook), str(out), parameters={"preset": preset, **overrides},
+                                kernel_name="python3", progress_bar=False, cwd=str(PROJECT_ROOT))
+        except pm.PapermillExecutionError as err:
+            return False, (f"{ch.name} failed in code cell {err.exec_count} (cell index "
+                           f"{err.cell_index}): {err.ename}: {err.evalue}")
+        except Exception as err:  # kernel died, timeout, ...
+            return False, f"{ch.name} failed: {type(err).__name__}: {err}"
+        finally:
+            if old_env is None:
+                os.environ.pop("REPLICATE_RESULTS_DIR", None)
+            else:
+                os.environ["REPLICATE_RESULTS_DIR"] = old_env
+        result = staging / "results" / f"{ch.name}.json"
+        if not result.exists():
+            return False, f"{ch.name} ran but wrote no verdict (did the notebook call run.save()?)"
+        _move_into_place(result, results_dir / result.name)
+        _move_into_place(out, claims_dir / out.name)
+        return True, f"{ch.name} done in {time.perf_counter() - started:.0f} s -> {claims_dir / out.name}"
+
+
+def cmd_run(args) -> int:
+    # Everything is checked before the first chapter starts.
+    chosen = _select(args.chapters)
+    overrides = _parse_overrides(args.param or [])
+    for ch in chosen:
+        if not ch.notebook.exists():
+            raise presets.ConfigError(f"chapter {ch.name} has no notebook at {ch.notebook}")
+        presets.load_preset(ch.name, args.preset)
+        presets.validate(ch.name, overrides)
+    failures = 0
+    for ch in chosen:
+        print(f"running {ch.name} at preset {args.preset}" +
+              (f" with {overrides}" if overrides else ""), flush=True)
+        ok, message = run_chapter(ch, args.preset, overrides, Path(args.claims_dir), Path(args.results_dir))
+        if ok:
+            print(message)
+        else:
+            failures += 1
+            print(f"error: {message}\n       the published {Path(args.claims_dir) / ch.notebook.name} "
+                  f"and its verdict were left unchanged", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def cmd_build(args) -> int:
+    from .scoreboard import write_scoreboard, write_toc
+
+    write_toc(BOOK_DIR / "claims", BOOK_DIR / "_toc.yml")
+    page = write_scoreboard(Path(args.results_dir), BOOK_DIR / "scoreboard.md")
+    print(f"scoreboard and table of contents written to {page.parent}")
+    # -W: warnings are errors (Jupyter Book v1 otherwise exits 0 on a broken page).
+    cmd = ["jupyter-book", "build", str(PROJECT_ROOT), "--toc", str(BOOK_DIR / "_toc.yml"),
+           "--config", str(PROJECT_ROOT / "_config.yml"), "-W", "-n", "--keep-going"]
+    jb = Path(sys.executable).with_name("jupyter-book")
+    if jb.exists():
+        cmd[0] = str(jb)
+    code = subprocess.run(cmd, cwd=PROJECT_ROOT).returncode
+    if code == 0:
+        print(f"book built: {PROJECT_ROOT / '_build' / 'html' / 'index.html'}")
+    return code
+
+
+def cmd_validate(args) -> int:
+    chosen = _select(args.chapters)
+    notebooks = [Path(args.claims_dir) / f"{ch.name}.ipynb" for ch in chosen]
+    missing = [str(nb) for nb in notebooks if not nb.exists()]
+    if missing:
+        return _fail(f"no executed chapter at {', '.join(missing)}; run `python -m replicate run` first")
+    with tempfile.TemporaryDirectory(prefix="replicate-validate-") as scratch:
+        env = dict(os.environ, TQDM_DISABLE="1", REPLICATE_RESULTS_DIR=scratch)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+               "--nbval-sanitize-with", str(SANITIZE_FILE), *map(str, notebooks)]
+        return subprocess.run(cmd, env=env, cwd=PROJECT_ROOT).returncode
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m replicate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="chapters, their claims and presets").set_defaults(func=cmd_list)
+
+    run = sub.add_parser("run", help="execute chapters into book/claims (all chapters if none named)")
+    run.add_argument("chapters", nargs="*", metavar="CHAPTER")
+    run.add_argument("--preset", default="cpu", help="smoke, cpu (default) or paper")
+    run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                     help="override one parameter, e.g. -p iterations 5000 (repeatable)")
+    run.add_argument("--claims-dir", default=str(BOOK_DIR / "claims"), help=argparse.SUPPRESS)
+    run.add_argument("--results-dir", default=str(BOOK_DIR / "results"), help=argparse.SUPPRESS)
+    run.set_defaults(func=cmd_run)
+
+    build = sub.add_parser("build", help="build the HTML book from the executed chapters")
+    build.add_argument("--results-dir", default=str(BOOK_DIR / "results"), help=argparse.SUPPRESS)
+    build.set_defaults(func=cmd_build)
+
+    validate = sub.add_parser("validate", help="re-execute executed chapters under nbval")
+    validate.add_argument("chapters", nargs="*", metavar="CHAPTER")
+    validate.add_argument("--claims-dir", default=str(BOOK_DIR / "claims"), help=argparse.SUPPRESS)
+    validate.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except presets.ConfigError as err:
+        return _fail(str(err))

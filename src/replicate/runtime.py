@@ -1,0 +1,107 @@
+"""Where things live, which device and dtype we compute on, and how runs are seeded.
+
+This is the one place that chooses the device and dtype: every chapter asks here.
+"""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _find_project_root() -> Path:
+    # The package is installed editable from <root>/src/replicate; fall back to the cwd when it
+    # was installed some other way (then paths are relative to where the user runs from).
+    candidate = PACKAGE_DIR.parents[1]
+    if (candidate / "pyproject.toml").exists() and (candidate / "notebooks").is_dir():
+        return candidate
+    return Path.cwd()
+
+
+PROJECT_ROOT = _find_project_root()
+NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
+BOOK_DIR = PROJECT_ROOT / "book"
+PRESETS_DIR = PACKAGE_DIR / "presets"
+
+
+def data_dir() -> Path:
+    """The data directory: $REPLICATE_DATA_DIR, or `data/` in the project root."""
+    return Path(os.environ.get("REPLICATE_DATA_DIR", PROJECT_ROOT / "data")).expanduser().resolve()
+
+
+def results_dir() -> Path:
+    """Where verdicts are written: $REPLICATE_RESULTS_DIR, or `book/results/`.
+
+    The CLI points this at a staging folder while a chapter executes, so that a failed run
+    never replaces a good results file.
+    """
+    return Path(os.environ.get("REPLICATE_RESULTS_DIR", BOOK_DIR / "results")).expanduser().resolve()
+
+
+def cache_dir() -> Path:
+    """Finished training runs: $REPLICATE_CACHE_DIR, or `.cache/runs/` in the project root."""
+    return Path(os.environ.get("REPLICATE_CACHE_DIR", PROJECT_ROOT / ".cache" / "runs")).expanduser().resolve()
+
+
+def device():
+    """CUDA when present, else CPU. $REPLICATE_DEVICE forces one (e.g. `cpu` on a GPU box)."""
+    import torch  # imported here so that the CLI answers bad input without loading torch
+
+    forced = os.environ.get("REPLICATE_DEVICE")
+    if forced:
+        return torch.device(forced)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(precise: bool = False):
+    """float32 everywhere unless a chapter asks for `precise` float64 *and* runs on a GPU.
+
+    float64 matrix products are about ten times slower than float32 on a laptop CPU, and the
+    CPU presets were calibrated in float32; the paper presets (GPU) may ask for float64.
+    """
+    import torch
+
+    return torch.float64 if precise and device().type == "cuda" else torch.float32
+
+
+def seed_everything(seed: int):
+    """Seed Python, NumPy and torch, and ask torch for deterministic kernels where it has them.
+
+    Returns a CPU generator seeded the same way, for code that wants its own stream.
+    """
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    # warn_only: some CUDA kernels have no deterministic version; we want a run, not a crash.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    return torch.Generator().manual_seed(seed)
+
+
+def git_commit() -> str:
+    """The commit the project is at, with `+dirty` when there are uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if not sha:
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def describe_device() -> str:
+    import torch
+
+    dev = device()
+    if dev.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(dev)})"
+    return f"cpu ({torch.get_num_threads()} threads)"

@@ -1,0 +1,140 @@
+"""A chapter's run record and its verdict: PASS/FAIL lines and `results/<chapter>.json`.
+
+A notebook starts with `run = start_chapter(CHAPTER, preset, globals())` right after its
+`parameters` cell and ends with `run.verdict([...checks...])` in a cell marked
+`# NBVAL_CHECK_OUTPUT`, then `run.save()` in the next cell. The scoreboard page is built from
+the results files.
+
+Two kinds of check:
+- `claim(...)`: an acceptance check of the paper's claim; all of them passing = "reproduced".
+- `report(...)`: something the paper states that we measure and show without a pass/fail,
+  such as a discrepancy with the paper or a number the paper gives only qualitatively.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import presets
+from .runtime import describe_device, git_commit, results_dir, seed_everything
+
+
+@dataclass
+class Check:
+    name: str
+    kind: str  # "claim" or "report"
+    passed: bool | None
+    ours: Any
+    paper: Any
+
+
+def claim(name: str, passed: bool, ours: Any, paper: Any) -> Check:
+    return Check(name, "claim", bool(passed), _plain(ours), _plain(paper))
+
+
+def report(name: str, ours: Any, paper: Any) -> Check:
+    return Check(name, "report", None, _plain(ours), _plain(paper))
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly values with floats rounded to 4 significant digits (nbval compares text)."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_show(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+class ChapterRun:
+    """Parameters, seed and clock of one execution of a chapter."""
+
+    def __init__(self, chapter: str, preset: str, params: dict[str, Any], overrides: dict[str, Any]):
+        self.chapter = presets.get_chapter(chapter)
+        self.preset = preset
+        self.params = params
+        self.overrides = overrides
+        self.seed = int(params.get("seed", 0))
+        self.started = time.perf_counter()
+        self.checks: list[Check] | None = None
+        seed_everything(self.seed)
+
+    @property
+    def label(self) -> str:
+        """The preset, with overrides if any: goes into captions and the scoreboard."""
+        if not self.overrides:
+            return self.preset
+        return self.preset + " + " + ", ".join(f"{k}={v}" for k, v in self.overrides.items())
+
+    def caption(self) -> str:
+        return f"preset {self.label}, seed {self.seed}"
+
+    def verdict(self, checks: list[Check]) -> bool:
+        """Print one line per check and the overall verdict; returns whether the claim reproduced."""
+        self.checks = list(checks)
+        claims = [c for c in self.checks if c.kind == "claim"]
+        reproduced = bool(claims) and all(c.passed for c in claims)
+        print(f"Claim ({self.chapter.name}): {self.chapter.claim}")
+        for c in self.checks:
+            tag = "REPORT" if c.kind == "report" else ("PASS" if c.passed else "FAIL")
+            print(f"{tag:6s} {c.name}\n       ours: {_show(c.ours)}\n       paper: {_show(c.paper)}")
+        passed = sum(bool(c.passed) for c in claims)
+        word = "REPRODUCED" if reproduced else "NOT REPRODUCED"
+        print(f"Verdict at preset {self.label}: {word} ({passed}/{len(claims)} claim checks pass)")
+        return reproduced
+
+    def save(self) -> str:
+        """Write `<results dir>/<chapter>.json` (atomically) and return its path."""
+        if self.checks is None:
+            raise RuntimeError("call run.verdict(checks) before run.save()")
+        claims = [c for c in self.checks if c.kind == "claim"]
+        record = {
+            "chapter": self.chapter.name,
+            "title": self.chapter.title,
+            "claim": self.chapter.claim,
+            "preset": self.label,
+            "reproduced": bool(claims) and all(c.passed for c in claims),
+            "checks": [asdict(c) for c in self.checks],
+            "seed": self.seed,
+            "device": describe_device(),
+            "duration_s": round(time.perf_counter() - self.started, 1),
+            "git_commit": git_commit(),
+            "params": self.params,
+        }
+        folder = results_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.chapter.name}.json"
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(record, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+        print(f"{record['duration_s']} s on {record['device']}; verdict written to {path}")
+        return str(path)
+
+
+def start_chapter(chapter: str, preset: str, namespace: dict[str, Any]) -> ChapterRun:
+    """Validate the notebook's parameters against the presets, seed everything, print the setup."""
+    params, overrides = presets.from_notebook(chapter, preset, namespace)
+    run = ChapterRun(chapter, preset, params, overrides)
+    print(f"{run.chapter.title}: preset {run.label}, seed {run.seed}, device {describe_device()}")
+    return run
