@@ -64,22 +64,26 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
     with tempfile.TemporaryDirectory(prefix=f"replicate-{ch.name}-") as staging:
         staging = Path(staging)
         out = staging / f"{ch.name}.ipynb"
-        old_env = os.environ.get("REPLICATE_RESULTS_DIR")
-        os.environ["REPLICATE_RESULTS_DIR"] = str(staging / "results")
+        # The kernel inherits this process's environment: the verdict goes to the staging
+        # folder, and tqdm stays quiet (its bars would be saved into the published notebook).
+        saved_env = {k: os.environ.get(k) for k in ("REPLICATE_RESULTS_DIR", "TQDM_DISABLE")}
+        os.environ.update(REPLICATE_RESULTS_DIR=str(staging / "results"), TQDM_DISABLE="1")
         started = time.perf_counter()
         try:
             pm.execute_notebook(str(ch.notebook), str(out), parameters={"preset": preset, **overrides},
-                                kernel_name="python3", progress_bar=False, cwd=str(PROJECT_ROOT))
+                                kernel_name="python3", progress_bar=sys.stderr.isatty(),
+                                cwd=str(PROJECT_ROOT))
         except pm.PapermillExecutionError as err:
             return False, (f"{ch.name} failed in code cell {err.exec_count} (cell index "
                            f"{err.cell_index}): {err.ename}: {err.evalue}")
         except Exception as err:  # kernel died, timeout, ...
             return False, f"{ch.name} failed: {type(err).__name__}: {err}"
         finally:
-            if old_env is None:
-                os.environ.pop("REPLICATE_RESULTS_DIR", None)
-            else:
-                os.environ["REPLICATE_RESULTS_DIR"] = old_env
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         result = staging / "results" / f"{ch.name}.json"
         if not result.exists():
             return False, f"{ch.name} ran but wrote no verdict (did the notebook call run.save()?)"

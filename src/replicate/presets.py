@@ -92,7 +92,7 @@ def _type_name(value: Any) -> str:
 def _coerce(name: str, value: Any, template: Any) -> Any:
     """Return `value` in the type of `template`, or raise ConfigError."""
     def fail():
-        raise ConfigError(f"parameter {name!r} must be a {_type_name(template)} "
+        raise ConfigError(f"parameter {name!r} must be of type {_type_name(template)} "
                           f"(cpu preset: {template!r}); got {value!r} ({_type_name(value)})")
 
     if isinstance(template, bool):

@@ -1,0 +1,28 @@
+"""Shared test setup: the data directory, and keeping tests away from the published book."""
+import os
+from pathlib import Path
+
+import pytest
+
+from replicate.runtime import PROJECT_ROOT
+
+SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    # Tests never write the published results or the real run cache, and never download.
+    monkeypatch.setenv("REPLICATE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("REPLICATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("REPLICATE_NO_DOWNLOAD", "1")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    if "REPLICATE_DATA_DIR" not in os.environ:
+        monkeypatch.setenv("REPLICATE_DATA_DIR", str(SHARED_DATA))
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    path = Path(os.environ["REPLICATE_DATA_DIR"])
+    assert (path / "mnist" / "MNIST" / "raw").is_dir(), (
+        f"MNIST test files expected under {path}/mnist/MNIST/raw (set REPLICATE_DATA_DIR)")
+    return path
