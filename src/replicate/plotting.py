@@ -20,7 +20,7 @@ def caption(fig: plt.Figure, text: str) -> None:
 
 
 def contour(ax: plt.Axes, f, xlim: tuple[float, float], ylim: tuple[float, float],
-            resolution: int = 300, levels: int = 30) -> None:
+            resolution: int = 300, levels: int = 30, colorbar: bool = True) -> None:
     """Filled contours of a 2-D function `f` (torch points (..., 2) -> values) over a box."""
     import torch
 
@@ -30,6 +30,7 @@ def contour(ax: plt.Axes, f, xlim: tuple[float, float], ylim: tuple[float, float
     with torch.no_grad():
         values = f(grid).numpy()
     filled = ax.contourf(xs.numpy(), ys.numpy(), values, levels=levels, cmap="viridis")
-    ax.figure.colorbar(filled, ax=ax, shrink=0.8)
+    if colorbar:
+        ax.figure.colorbar(filled, ax=ax, shrink=0.8)
     ax.set_xlabel("$x_1$")
     ax.set_ylabel("$x_2$")
