@@ -1,5 +1,6 @@
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from replicate import presets
 from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 
@@ -61,3 +63,16 @@ def test_published_chapters_hold_successful_executions():
         meta = json.loads(notebook.read_text())["metadata"].get("papermill", {})
         assert not meta.get("exception"), f"{notebook} holds a failed execution"
         assert (BOOK_DIR / "results" / f"{notebook.stem}.json").exists()
+
+
+MNIST_CHAPTERS = [name for name, ch in presets.chapters().items() if "mnist" in ch.datasets]
+
+
+@pytest.mark.parametrize("chapter", MNIST_CHAPTERS)
+def test_missing_dataset_fails_before_the_run_with_the_path_it_looked_in(chapter, tmp_path):
+    env = dict(os.environ, REPLICATE_DATA_DIR=str(tmp_path))
+    started = time.perf_counter()
+    result = cli("run", chapter, "--preset", "smoke", "--claims-dir", str(tmp_path / "claims"), env=env)
+    assert time.perf_counter() - started < 5 and result.returncode == 2
+    assert str(tmp_path / "mnist" / "MNIST" / "raw") in result.stderr and "REPLICATE_DATA_DIR" in result.stderr
+    assert not (tmp_path / "claims").exists()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from replicate.data import load_mnist, subset
+from replicate.data import load_mnist, require_mnist, subset
 
 
 def test_offline_split_shapes_labels_and_disjointness(data_dir):
@@ -45,3 +45,9 @@ def test_subset_is_reproducible_and_without_replacement():
     assert torch.equal(xa, xb) and len(set(ya.tolist())) == 30
     with pytest.raises(ValueError, match="only 100"):
         subset(x, y, 101, seed=0)
+
+
+def test_require_mnist_is_cheap_and_names_the_folder(data_dir, tmp_path):
+    assert require_mnist(data_dir) == data_dir / "mnist" / "MNIST" / "raw"
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        require_mnist(tmp_path)

@@ -101,6 +101,13 @@ def cmd_run(args) -> int:
             raise presets.ConfigError(f"chapter {ch.name} has no notebook at {ch.notebook}")
         presets.load_preset(ch.name, args.preset)
         presets.validate(ch.name, overrides)
+        if "mnist" in ch.datasets:
+            from .data import require_mnist
+
+            try:
+                require_mnist()
+            except FileNotFoundError as err:
+                raise presets.ConfigError(f"chapter {ch.name} needs MNIST. {err}") from None
     failures = 0
     for ch in chosen:
         print(f"running {ch.name} at preset {args.preset}" +

@@ -81,6 +81,24 @@ def _try_download(root: Path) -> bool:
         return False
 
 
+def _missing_message(raw: Path) -> str:
+    return (f"MNIST not found: looked for {MNIST_FILES['test'][0]}[.gz] and "
+            f"{MNIST_FILES['test'][1]}[.gz] in {raw}. Place the official MNIST files there "
+            f"(train-* and t10k-*, or at least the two t10k-* test files), or point "
+            f"REPLICATE_DATA_DIR at a folder that holds mnist/MNIST/raw/.")
+
+
+def require_mnist(directory: str | Path | None = None) -> Path:
+    """The MNIST raw folder, or FileNotFoundError saying where we looked and what to put there.
+
+    Cheap (no reading): the CLI calls it before starting a chapter that needs MNIST.
+    """
+    raw = (Path(directory) if directory is not None else data_dir()) / "mnist" / "MNIST" / "raw"
+    if not all(_find_idx(raw, stem) for stem in MNIST_FILES["test"]):
+        raise FileNotFoundError(_missing_message(raw))
+    return raw
+
+
 def load_mnist(directory: str | Path | None = None, download: bool = True, verbose: bool = True) -> MNIST:
     """Load MNIST from `directory` (default: the data directory), as described above."""
     base = Path(directory) if directory is not None else data_dir()
@@ -102,11 +120,7 @@ def load_mnist(directory: str | Path | None = None, download: bool = True, verbo
         data = MNIST(x[tr], y[tr], x[te], y[te],
                      source=f"offline split of the official MNIST test set in {raw}")
     else:
-        raise FileNotFoundError(
-            f"MNIST not found: looked for {MNIST_FILES['test'][0]}[.gz] and "
-            f"{MNIST_FILES['test'][1]}[.gz] in {raw}. Place the official MNIST files there "
-            f"(train-* and t10k-*, or at least the two t10k-* test files), or point "
-            f"REPLICATE_DATA_DIR at a folder that holds mnist/MNIST/raw/.")
+        raise FileNotFoundError(_missing_message(raw))
     if verbose:
         note = "" if data.source.startswith("standard") else (
             " (MNIST's training files are absent, so the 10,000 official test digits were split "

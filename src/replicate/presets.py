@@ -1,7 +1,8 @@
 """Chapters and their presets (`smoke`, `cpu`, `paper`), with validation.
 
 Each chapter has a folder `presets/<chapter>/` holding `chapter.yaml` (title, claim, which
-parameters must be positive) and one YAML file per preset. The `cpu` preset is the schema: it
+parameters must be positive, which datasets it needs, e.g. `datasets: [mnist]`) and one YAML
+file per preset. The `cpu` preset is the schema: it
 names every parameter and fixes its type, and the notebook's `parameters` cell repeats it, so a
 plain re-execution of a chapter reproduces the published book.
 """
@@ -29,6 +30,7 @@ class Chapter:
     claim: str
     presets: tuple[str, ...]
     positive: tuple[str, ...] = field(default=())
+    datasets: tuple[str, ...] = field(default=())  # checked by the CLI before a run starts
 
     @property
     def notebook(self) -> Path:
@@ -51,7 +53,8 @@ def chapters() -> dict[str, Chapter]:
         folder = meta_path.parent
         presets = tuple(sorted(p.stem for p in folder.glob("*.yaml") if p.stem != "chapter"))
         found[folder.name] = Chapter(name=folder.name, title=meta["title"], claim=meta["claim"],
-                                     presets=presets, positive=tuple(meta.get("positive", ())))
+                                     presets=presets, positive=tuple(meta.get("positive", ())),
+                                     datasets=tuple(meta.get("datasets", ())))
     return found
 
 
