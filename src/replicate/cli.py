@@ -4,6 +4,7 @@
     python -m replicate run 07_optimizers --preset cpu -p iterations 5000
     python -m replicate build
     python -m replicate validate 07_optimizers
+    python -m replicate bench
 
 `run` executes a chapter's source notebook with papermill into a staging folder and moves the
 executed notebook (to `book/claims/`) and its verdict (to `book/results/`) into place only when
@@ -12,6 +13,7 @@ every cell succeeded, so a failed run never replaces a good chapter.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -127,6 +129,10 @@ def cmd_build(args) -> int:
 
     write_toc(BOOK_DIR / "claims", BOOK_DIR / "_toc.yml")
     page = write_scoreboard(Path(args.results_dir), BOOK_DIR / "scoreboard.md")
+    from .bench import RESULTS_FILE, render_page
+
+    if RESULTS_FILE.exists():
+        (BOOK_DIR / "benchmarks.md").write_text(render_page(json.loads(RESULTS_FILE.read_text())))
     print(f"scoreboard and table of contents written to {page.parent}")
     # -W: warnings are errors (Jupyter Book v1 otherwise exits 0 on a broken page).
     cmd = ["jupyter-book", "build", str(PROJECT_ROOT), "--toc", str(BOOK_DIR / "_toc.yml"),
@@ -153,6 +159,16 @@ def cmd_validate(args) -> int:
         return subprocess.run(cmd, env=env, cwd=PROJECT_ROOT).returncode
 
 
+def cmd_bench(args) -> int:
+    from .bench import BENCHMARKS, run_benchmarks
+
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        return _fail(f"unknown benchmark(s) {', '.join(unknown)}; valid: {', '.join(BENCHMARKS)}")
+    run_benchmarks(args.names or None)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m replicate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("chapters", nargs="*", metavar="CHAPTER")
     validate.add_argument("--claims-dir", default=str(BOOK_DIR / "claims"), help=argparse.SUPPRESS)
     validate.set_defaults(func=cmd_validate)
+
+    bench = sub.add_parser("bench", help="time the measures and chapters (writes book/benchmarks.json)")
+    bench.add_argument("names", nargs="*", metavar="NAME")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

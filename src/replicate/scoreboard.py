@@ -72,7 +72,10 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
     if executed:
         lines += ["  - caption: Claims", "    chapters:"]
         lines += [f"      - file: book/claims/{ch}" for ch in executed]
-    lines += ["  - caption: Appendix", "    chapters:", "      - file: book/references"]
+    lines += ["  - caption: Appendix", "    chapters:"]
+    if (Path(toc).parent / "benchmarks.json").exists():
+        lines.append("      - file: book/benchmarks")
+    lines.append("      - file: book/references")
     toc.write_text("\n".join(lines) + "\n")
     return toc
 

@@ -1,0 +1,204 @@
+"""How fast is this book? Benchmarks of the measures, the training loop and the chapters.
+
+`python -m replicate bench [NAME ...]` runs each benchmark in a fresh Python process (so one's
+memory peak and thread pool do not colour the next), prints a table (figure, ours, the seed
+code's number on the same kind of machine, ratio, target) and writes `book/benchmarks.json`,
+which `python -m replicate build` renders as the appendix page "How fast is this book?".
+
+Seed numbers: the seeds' reference code timed on a 2-core CPU in float32, median of 3 after a
+warm-up, with only `.cuda()` removed (issue 9). Our numbers: the same settings, median of 3
+after a warm-up. Ratios are ours / seed's in the direction where > 1 means we are faster.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .runtime import BOOK_DIR, PROJECT_ROOT
+
+BENCHMARKS: dict[str, Callable[[], list[dict]]] = {}
+RESULTS_FILE = BOOK_DIR / "benchmarks.json"
+
+
+def benchmark(fn: Callable[[], list[dict]]) -> Callable[[], list[dict]]:
+    BENCHMARKS[fn.__name__] = fn
+    return fn
+
+
+def median_seconds(fn: Callable[[], object], repeat: int = 3, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def row(figure: str, ours: float, unit: str, seed: float | None = None, higher_is_better: bool = True,
+        target: str = "", met: bool | None = None) -> dict:
+    ratio = None
+    if seed:
+        ratio = ours / seed if higher_is_better else seed / ours
+    return {"figure": figure, "ours": ours, "unit": unit, "seed": seed, "ratio": ratio,
+            "target": target, "met": met}
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _mnist_mlp(width: int = 200, depth: int = 4, bias: bool = True):
+    from .models import MLP
+
+    torch.manual_seed(0)
+    return MLP(784, width, depth, 10, bias=bias)
+
+
+def _mnist_points(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from .data import load_mnist
+
+    mnist = load_mnist(verbose=False)
+    return mnist.test_x[:n], mnist.test_y[:n]
+
+
+@benchmark
+def training_loop() -> list[dict]:
+    """The shared loop's overhead: a bare AdamW/MSE step on the 4x200 MLP (batch 200, data in
+    memory) against the same step driven by `train_loop` with its log-spaced evaluations."""
+    from .training import log_spaced_steps, train_loop
+
+    x, y = _mnist_points(1000)
+    targets = torch.nn.functional.one_hot(y, 10).float()
+    model = _mnist_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    order = torch.randperm(1000)
+
+    def step(t: int) -> float:
+        idx = order[(t % 5) * 200:(t % 5 + 1) * 200]
+        loss = ((model(x[idx]) - targets[idx]) ** 2).sum(1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    n = 500
+    bare = median_seconds(lambda: [step(t) for t in range(1, n + 1)]) / n
+    evals = log_spaced_steps(n, 32)
+    looped = median_seconds(lambda: train_loop(step, n, evals, lambda t: {})) / n
+    return [row("bare training step (4x200 MLP, batch 200)", bare * 1e3, "ms", 3.7, higher_is_better=False),
+            row("step inside the shared train_loop", looped * 1e3, "ms", 24.7, higher_is_better=False,
+                target="<= 1.15x our bare step", met=looped <= 1.15 * bare)]
+
+
+@benchmark
+def local_complexity() -> list[dict]:
+    """LC of 1,000 MNIST points, P = 25 (50 vertices), r = 0.05, on 784-200-200-200-10, all layers."""
+    from .local_complexity import local_complexity as lc
+
+    x, _ = _mnist_points(1000)
+    model = _mnist_mlp().eval()
+    seconds = median_seconds(lambda: lc(model, x, radius=0.05, n_directions=25))
+    rate = 1000 / seconds
+    memory = peak_memory_mb()
+    return [row("local complexity, 1,000 points x 50 vertices", rate, "points/s", 1800,
+                target=">= 5,000 points/s", met=rate >= 5000),
+            row("local complexity: peak resident memory of the process", memory, "MB",
+                target="< 1,024 MB", met=memory < 1024)]
+
+
+@benchmark
+def pgd() -> list[dict]:
+    """PGD at eps 0.1, alpha 0.0156, 20 steps, on 500 MNIST points."""
+    from .adversarial import pgd_linf
+
+    x, y = _mnist_points(500)
+    model = _mnist_mlp().eval()
+    seconds = median_seconds(lambda: pgd_linf(model, x, y, 0.1, 0.0156, 20))
+    return [row("PGD, 500 points x 20 steps", seconds, "s", 0.115, higher_is_better=False,
+                target="no slower than the seed's", met=seconds <= 0.115)]
+
+
+def _run_in_child(name: str) -> list[dict]:
+    result = subprocess.run([sys.executable, "-m", "replicate.bench", "--one", name], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        return [row(f"{name}: failed ({result.stderr.strip().splitlines()[-1] if result.stderr else '?'})",
+                    float("nan"), "")]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def chapter_rows(results_dir: Path) -> list[dict]:
+    """End-to-end chapter times, as the chapters themselves recorded them at their last run."""
+    rows, total = [], 0.0
+    for path in sorted(Path(results_dir).glob("*.json")):
+        record = json.loads(path.read_text())
+        total += record["duration_s"]
+        rows.append(row(f"chapter {record['chapter']} at preset {record['preset']}",
+                        record["duration_s"] / 60, "min", target="<= 10-12 min (per issue)"))
+    if rows:
+        rows.append(row("whole book, all chapters", total / 60, "min", target="<= 45 min",
+                        met=total <= 45 * 60))
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    def num(v):
+        return "" if v is None else f"{v:.3g}"
+    lines = [f"{'figure':58s} {'ours':>10s} {'unit':9s} {'seed':>8s} {'ratio':>7s}  target"]
+    for r in rows:
+        met = "" if r["met"] is None else ("  [met]" if r["met"] else "  [MISSED]")
+        lines.append(f"{r['figure'][:58]:58s} {num(r['ours']):>10s} {r['unit']:9s} {num(r['seed']):>8s} "
+                     f"{num(r['ratio']):>7s}  {r['target']}{met}")
+    return "\n".join(lines)
+
+
+def run_benchmarks(names: list[str] | None = None) -> list[dict]:
+    names = names or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {', '.join(unknown)}; valid: {', '.join(BENCHMARKS)}")
+    rows = []
+    for name in names:
+        print(f"benchmark {name} ...", flush=True)
+        rows += _run_in_child(name)
+    rows += chapter_rows(BOOK_DIR / "results")
+    record = {"threads": torch.get_num_threads(), "rows": rows}
+    RESULTS_FILE.write_text(json.dumps(record, indent=2) + "\n")
+    print(format_table(rows))
+    print(f"written to {RESULTS_FILE}")
+    return rows
+
+
+def render_page(record: dict) -> str:
+    def num(v):
+        return "" if v is None else f"{v:.3g}"
+    lines = ["# How fast is this book?", "",
+             "Each figure was measured in one run of `python -m replicate bench` on the machine that",
+             f"built this book ({record['threads']} CPU threads), each benchmark in a fresh process,",
+             "median of 3 after a warm-up. *Seed* is the seeds' reference code at the same settings",
+             "on the same kind of machine (2 cores, float32); *ratio* > 1 means we are faster.",
+             "Chapter times are the durations the chapters recorded at their last run.", "",
+             "| Figure | Ours | Unit | Seed | Ratio | Target | Met |", "|---|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(f"| {r['figure']} | {num(r['ours'])} | {r['unit']} | {num(r['seed'])} | "
+                     f"{num(r['ratio'])} | {r['target']} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--one":
+        print(json.dumps(BENCHMARKS[sys.argv[2]]()))
+    else:
+        run_benchmarks(sys.argv[1:] or None)

@@ -1,0 +1,28 @@
+"""The benchmark bookkeeping (the timings themselves run with `python -m replicate bench`)."""
+import json
+
+from replicate import bench
+
+
+def test_ratio_direction_and_table():
+    faster = bench.row("x", 2.0, "s", seed=4.0, higher_is_better=False, target="t", met=True)
+    assert faster["ratio"] == 2.0
+    assert bench.row("y", 6000, "points/s", seed=1800)["ratio"] == 6000 / 1800
+    assert bench.row("z", 1.0, "s")["ratio"] is None
+    table = bench.format_table([faster])
+    assert "[met]" in table and "x" in table
+
+
+def test_median_seconds_counts_the_calls():
+    calls = []
+    bench.median_seconds(lambda: calls.append(1), repeat=3, warmup=2)
+    assert len(calls) == 5
+
+
+def test_chapter_rows_and_page(tmp_path):
+    (tmp_path / "07_optimizers.json").write_text(json.dumps({"chapter": "07_optimizers", "preset": "cpu",
+                                                             "duration_s": 120.0}))
+    rows = bench.chapter_rows(tmp_path)
+    assert rows[0]["ours"] == 2.0 and rows[-1]["met"] is True
+    page = bench.render_page({"threads": 2, "rows": rows})
+    assert page.startswith("# How fast is this book?") and "| chapter 07_optimizers at preset cpu | 2 |" in page
