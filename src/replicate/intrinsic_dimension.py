@@ -1,0 +1,164 @@
+"""Intrinsic dimension of a point cloud (MLE and TwoNN), and the t4(r) power-law fit.
+
+Both estimators look only at the distances from each point to its nearest neighbours:
+
+- MLE (Levina & Bickel 2004): around a point x, with T_j(x) the distance to its j-th neighbour,
+  the local estimate is m_k(x) = [ 1/(k-1) * sum_{j<k} log(T_k(x) / T_j(x)) ]^{-1}.
+  Levina & Bickel average the local estimates; MacKay & Ghahramani (2005) point out that the
+  maximum-likelihood way to pool them is to average their *inverses*, m_k = [mean_x 1/m_k(x)]^{-1}.
+  That corrected version is the default here (it is what Notsawo et al. use, with k = 2).
+- TwoNN (Facco et al. 2017): mu = r_2 / r_1 follows the Pareto law F(mu) = 1 - mu^{-d} whatever
+  the density, so -log(1 - F(mu)) = d log(mu). With the empirical CDF F(mu_(i)) = i/n of the
+  sorted ratios, d is the least-squares slope through the origin. Facco et al. discard the
+  largest 10% of the ratios, where the empirical CDF is noisiest.
+
+Duplicates. Two identical points are at distance zero, so log(T_k/T_j) or r_2/r_1 would divide by
+zero. A representation can hold exact duplicates (e.g. two inputs mapped to the same ReLU
+pattern with all-zero activations), and they carry no information about the dimension of the
+set, so we keep one copy of each distinct point before looking for neighbours (and say how many
+were dropped). Neighbours are exact: a dense distance matrix, computed in blocks.
+
+The power law t4(r) = a r^{-gamma} + b is linear in (a, b) for a fixed gamma, so we solve for
+(a, b) in closed form and search gamma in one dimension (variable projection).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import minimize_scalar
+
+# Facco et al. discard the top 10% of the ratios mu.
+TWONN_DISCARD = 0.1
+
+
+def unique_points(x: torch.Tensor) -> torch.Tensor:
+    """The distinct rows of x (exact duplicates removed), as a 2-D tensor."""
+    if x.ndim != 2:
+        raise ValueError(f"expected a 2-D tensor of points (n, features), got shape {tuple(x.shape)}")
+    return torch.unique(x, dim=0)
+
+
+def neighbour_distances(x: torch.Tensor, k: int, block: int = 2048) -> torch.Tensor:
+    """Distances from each distinct point of x to its k nearest other points, shape (n, k), sorted
+    along each row; rows follow `unique_points(x)`.
+
+    Exact duplicates are removed first (see the module docstring), so every distance is > 0.
+    Computed in float64 so that close neighbours in a large cloud are not lost to rounding.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    points = unique_points(x.detach()).to(torch.float64)
+    n = points.shape[0]
+    if n < k + 1:
+        raise ValueError(f"need at least k + 1 = {k + 1} distinct points for k = {k} neighbours, "
+                         f"got {n} (of {x.shape[0]} points before removing duplicates)")
+    out = []
+    for start in range(0, n, block):
+        d = torch.cdist(points[start:start + block], points)
+        # A point is not its own neighbour.
+        rows = torch.arange(d.shape[0])
+        d[rows, rows + start] = float("inf")
+        out.append(d.topk(k, dim=1, largest=False).values)
+    return torch.cat(out)
+
+
+def mle_local(x: torch.Tensor, k: int = 2) -> torch.Tensor:
+    """Levina-Bickel local dimension estimate at each distinct point (k >= 2 neighbours),
+    in the order of `unique_points(x)` (duplicates removed, rows sorted)."""
+    if k < 2:
+        raise ValueError(f"the MLE needs k >= 2 neighbours, got {k}")
+    t = neighbour_distances(x, k)
+    log_ratios = torch.log(t[:, -1:] / t[:, :-1])  # log(T_k / T_j), j = 1..k-1
+    return 1.0 / log_ratios.mean(dim=1)
+
+
+def mle_dimension(x: torch.Tensor, k: int = 2, pooling: str = "inverse") -> float:
+    """Global MLE of the intrinsic dimension of the rows of x.
+
+    pooling="inverse" (default): MacKay-Ghahramani, the inverse of the mean inverse local estimate;
+    pooling="mean": Levina-Bickel's plain average of the local estimates.
+    """
+    local = mle_local(x, k)
+    if pooling == "inverse":
+        return float(1.0 / (1.0 / local).mean())
+    if pooling == "mean":
+        return float(local.mean())
+    raise ValueError(f"pooling must be 'inverse' or 'mean', got {pooling!r}")
+
+
+def twonn_dimension(x: torch.Tensor, discard_fraction: float = TWONN_DISCARD) -> float:
+    """TwoNN estimate of the intrinsic dimension of the rows of x (Facco et al. 2017)."""
+    if not 0 <= discard_fraction < 1:
+        raise ValueError(f"discard_fraction must be in [0, 1), got {discard_fraction}")
+    t = neighbour_distances(x, 2)
+    mu = torch.sort(t[:, 1] / t[:, 0]).values
+    n = mu.shape[0]
+    # F_emp(mu_(i)) = i/n; the last point (F = 1) has -log(1 - F) = inf and is always dropped.
+    keep = min(n - 1, int(np.floor(n * (1 - discard_fraction))))
+    if keep < 1:
+        raise ValueError(f"too few distinct points ({n}) for TwoNN with discard_fraction={discard_fraction}")
+    i = torch.arange(1, keep + 1, dtype=torch.float64)
+    y = -torch.log1p(-i / n)
+    logmu = torch.log(mu[:keep])
+    return float((y * logmu).sum() / (logmu * logmu).sum())
+
+
+def layer_dimensions(representations: dict[str, torch.Tensor], k: int = 2,
+                     discard_fraction: float = TWONN_DISCARD) -> dict[str, dict[str, float]]:
+    """MLE (k neighbours, MacKay-Ghahramani pooling) and TwoNN of each layer's representation."""
+    return {name: {"mle": mle_dimension(z, k), "twonn": twonn_dimension(z, discard_fraction),
+                   "distinct": int(unique_points(z.detach()).shape[0])}
+            for name, z in representations.items()}
+
+
+@dataclass
+class PowerLaw:
+    """t(r) = a r^{-gamma} + b, fitted by least squares; r2 is the coefficient of determination."""
+    a: float
+    gamma: float
+    b: float
+    r2: float
+
+    def __call__(self, r):
+        return self.a * np.asarray(r, dtype=float) ** (-self.gamma) + self.b
+
+
+def _linear_part(r: np.ndarray, t: np.ndarray, gamma: float) -> tuple[float, float, float]:
+    """For a fixed gamma: the least-squares (a', b) of t = a' (r/r0)^-gamma + b, and the SSE."""
+    design = np.stack([r ** (-gamma), np.ones_like(r)], axis=1)
+    coef, *_ = np.linalg.lstsq(design, t, rcond=None)
+    sse = float(((design @ coef - t) ** 2).sum())
+    return float(coef[0]), float(coef[1]), sse
+
+
+def fit_power_law(r, t, gamma_bounds: tuple[float, float] = (1.0e-2, 30.0)) -> PowerLaw:
+    """Least-squares fit of t = a r^{-gamma} + b (residuals in t itself, as in the paper's plot).
+
+    r is rescaled by its geometric mean while fitting, so that a r^{-gamma} stays well conditioned
+    for large gamma (the paper's a = 1.09e15 with r in percent); a is converted back at the end.
+    """
+    r = np.asarray(r, dtype=float)
+    t = np.asarray(t, dtype=float)
+    if r.shape != t.shape or r.ndim != 1:
+        raise ValueError("r and t must be 1-D arrays of the same length")
+    if len(r) < 4:
+        raise ValueError(f"fitting three parameters needs at least 4 points, got {len(r)}")
+    if np.any(r <= 0):
+        raise ValueError("r must be positive")
+    r0 = float(np.exp(np.log(r).mean()))
+    rs = r / r0
+    # A coarse log-spaced scan finds the basin (the SSE can have a flat tail), then refine.
+    lo, hi = gamma_bounds
+    grid = np.geomspace(lo, hi, 400)
+    sse = [_linear_part(rs, t, g)[2] for g in grid]
+    j = int(np.argmin(sse))
+    bracket = (grid[max(j - 1, 0)], grid[min(j + 1, len(grid) - 1)])
+    best = minimize_scalar(lambda g: _linear_part(rs, t, g)[2], bounds=bracket, method="bounded",
+                           options={"xatol": 1e-10})
+    gamma = float(best.x) if best.fun <= sse[j] else float(grid[j])
+    a_scaled, b, sse_best = _linear_part(rs, t, gamma)
+    total = float(((t - t.mean()) ** 2).sum())
+    r2 = 1.0 - sse_best / total if total > 0 else float("nan")
+    return PowerLaw(a=a_scaled * r0 ** gamma, gamma=gamma, b=b, r2=r2)
