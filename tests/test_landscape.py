@@ -1,0 +1,177 @@
+"""The landscape measures against answers known independently: dense Hessians and eigvalsh,
+closed-form quadratics, planted trajectories and planted spikes."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from replicate import landscape as ls
+from replicate.algorithmic import modular_arithmetic
+from replicate.slingshot import TrajectoryRecorder, slingshot_run
+
+
+def tiny_net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 4)).double()
+
+
+def tiny_data(seed=1, n=20):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, generator=gen, dtype=torch.float64), torch.randint(0, 4, (n,), generator=gen)
+
+
+def test_flat_params_round_trip_and_loss_at_matches_the_model():
+    net, (x, y) = tiny_net(), tiny_data()
+    vec = ls.flat_params(net)
+    assert vec.numel() == sum(p.numel() for p in net.parameters()) == 44
+    assert torch.allclose(ls.loss_at(net, vec, x, y), nn.functional.cross_entropy(net(x), y))
+    with pytest.raises(ValueError):
+        ls.loss_at(net, vec[:-1], x, y)
+
+
+def test_hvp_equals_dense_hessian_times_vector():
+    net, (x, y) = tiny_net(), tiny_data()
+    dense = ls.dense_hessian(net, x, y)
+    hvp = ls.hvp_operator(net, x, y)
+    for seed in range(3):
+        v = torch.randn(dense.shape[0], generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        assert torch.allclose(hvp(v), dense @ v, atol=1e-10)
+    # The cross-entropy Hessian of a tanh network is indefinite: a non-trivial test of λ_min.
+    assert torch.linalg.eigvalsh(dense)[0] < 0
+
+
+def test_hvp_at_other_weights_uses_those_weights():
+    net, (x, y) = tiny_net(), tiny_data()
+    other = ls.flat_params(tiny_net(seed=5))
+    v = torch.ones(other.numel(), dtype=torch.float64)
+    expected = ls.dense_hessian(net, x, y, at=other) @ v
+    assert torch.allclose(ls.hvp_operator(net, x, y, at=other)(v), expected, atol=1e-10)
+    assert not torch.allclose(ls.hvp_operator(net, x, y)(v), expected, atol=1e-6)
+
+
+def test_lanczos_extremes_of_a_quadratic_match_eigvalsh():
+    # f(w) = ½ wᵀAw has Hessian A; a spectrum with both signs and a dominant eigenvalue.
+    gen = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(60, 60, generator=gen, dtype=torch.float64))
+    eig = torch.cat([torch.tensor([50.0, -3.0]), torch.linspace(-0.5, 2.0, 58)]).double()
+    a = q @ torch.diag(eig) @ q.T
+    res = ls.lanczos_extremes(lambda v: a @ v, 60, iterations=60, dtype=torch.float64)
+    assert res.lambda_max == pytest.approx(50.0, rel=1e-2)
+    assert res.lambda_min == pytest.approx(-3.0, rel=1e-2)
+    # Fewer iterations than the dimension: the well-separated extremes are still found.
+    res = ls.lanczos_extremes(lambda v: a @ v, 60, iterations=30, dtype=torch.float64)
+    assert res.lambda_max == pytest.approx(50.0, rel=1e-2) and res.lambda_min == pytest.approx(-3.0, rel=1e-2)
+
+
+def test_lanczos_extremes_of_a_network_hessian_match_eigvalsh():
+    net, (x, y) = tiny_net(), tiny_data()
+    true = torch.linalg.eigvalsh(ls.dense_hessian(net, x, y))
+    res = ls.hessian_extremes(net, x, y, iterations=44)
+    assert res.lambda_max == pytest.approx(float(true[-1]), rel=1e-2)
+    assert res.lambda_min == pytest.approx(float(true[0]), rel=1e-2)
+
+
+def test_lanczos_stops_early_on_a_small_invariant_subspace():
+    # A rank-one operator: the first Krylov step already spans an invariant subspace.
+    u = torch.zeros(10, dtype=torch.float64)
+    u[3] = 1.0
+    res = ls.lanczos_extremes(lambda v: 7.0 * u * (u @ v), 10, iterations=10, dtype=torch.float64)
+    assert res.lambda_max == pytest.approx(7.0) and res.iterations <= 3
+
+
+def test_gradient_norm_of_a_linear_model_matches_the_closed_form():
+    # Mean squared error of w·x: gradient = (2/n) Xᵀ(Xw − y).
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(8, 3, generator=gen, dtype=torch.float64), torch.randn(8, generator=gen, dtype=torch.float64)
+    model = nn.Linear(3, 1, bias=False).double()
+    w = model.weight.detach().reshape(-1)
+    expected = (2 / 8) * x.T @ (x @ w - y)
+    got = ls.gradient_norm(model, x, y, loss_fn=lambda out, t: ((out.squeeze(1) - t) ** 2).mean())
+    assert got == pytest.approx(float(expected.norm()), rel=1e-10)
+
+
+def test_cosine_is_computed_in_float64():
+    u = torch.ones(100_000)
+    v = u.clone()
+    v[0] += 1e-3  # 1 − cos ≈ 5e-12, below float32 resolution
+    one_minus = 1 - ls.cosine(u, v)
+    assert 1e-12 < one_minus < 1e-11
+    assert ls.cosine(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0])) == pytest.approx(0.0)
+
+
+def test_pca_recovers_a_planted_plane_and_ratios_sum_to_one():
+    rng = np.random.default_rng(0)
+    basis, _ = np.linalg.qr(rng.normal(size=(500, 2)))
+    t = np.linspace(0, 1, 80)
+    coords = np.stack([3 * np.cos(3 * t), np.sin(5 * t)], axis=1)
+    thetas = coords @ basis.T + 1e-4 * rng.normal(size=(80, 500))
+    for centred in (False, True):
+        pca = ls.trajectory_pca(thetas, centred=centred)
+        assert pca.variance_ratio.sum() == pytest.approx(1.0)
+        assert pca.variance_ratio[:2].sum() > 0.999
+        # The two directions span the planted plane.
+        overlap = np.linalg.svd(pca.directions @ basis, compute_uv=False)
+        assert np.allclose(overlap, 1.0, atol=1e-3)
+    assert ls.trajectory_pca(thetas).coords.shape == (79, 2)
+    # An isotropic cloud has no dominant plane.
+    assert ls.trajectory_pca(rng.normal(size=(80, 500)), centred=True).variance_ratio[:2].sum() < 0.1
+
+
+def test_loss_surface_of_a_quadratic():
+    model = nn.Linear(2, 1, bias=False).double()
+    x = torch.eye(2, dtype=torch.float64)
+    y = torch.zeros(2, dtype=torch.float64)
+    mse = lambda out, t: ((out.squeeze(1) - t) ** 2).mean()  # = (w1² + w2²)/2
+    center = torch.zeros(2, dtype=torch.float64)
+    e1, e2 = torch.eye(2, dtype=torch.float64)
+    a, b = np.array([-1.0, 0.0, 2.0]), np.array([0.0, 1.0])
+    grid = ls.loss_surface(model, x, y, center, e1, e2, a, b, loss_fn=mse)
+    assert grid.shape == (2, 3)
+    assert np.allclose(grid, (a[None, :] ** 2 + b[:, None] ** 2) / 2)
+
+
+def test_spike_detector_finds_planted_spikes_and_none_in_a_smooth_curve():
+    steps = np.arange(1, 3001)
+    smooth = 2.0 * np.exp(-steps / 200) + 1e-6
+    assert ls.find_spikes(smooth, start=100) == []
+    spiky = smooth.copy()
+    for s in (1200, 2000):
+        spiky[s - 1:s + 30] += 0.3 * np.exp(-np.arange(31) / 5)
+    assert ls.find_spikes(spiky, start=100) == [1200, 2000]
+    # Spikes before memorisation (start) and below the floor are ignored.
+    assert ls.find_spikes(spiky, start=1500) == [2000]
+    tiny = smooth.copy()
+    tiny[1999] += 5e-5
+    assert ls.find_spikes(tiny, start=100) == []
+
+
+def test_recorder_keys_snapshots_by_curve_step_and_keeps_cosines():
+    data = modular_arithmetic(7, "+", 0.5, seed=0)
+    # A detector with a huge factor never fires; snapshots are then the regular grid.
+    run = slingshot_run(data, 30, 0, 1e-2, 0.0, (0.9, 0.98), 8, 16, 10, [-2], [3],
+                        ls.SpikeDetector(factor=1e9))
+    assert sorted(run.snapshots) == [1, 10, 20, 30] and run.online_spikes == []
+    assert len(run.cos_prev) == 30 and np.isnan(run.cos_prev[0]) and np.all(run.cos_prev[1:] < 1)
+    # The loss of the weights stored under step k is the k-th entry of the loss curve.
+    from replicate.models import ModularMLP
+    model = ModularMLP(7, 8, 16)
+    for k in (1, 20):
+        loss = ls.loss_at(model, torch.from_numpy(run.snapshots[k]), data.train_x, data.train_y)
+        assert float(loss) == pytest.approx(run.run.loss[k - 1], rel=1e-5)
+
+
+def test_recorder_stores_the_window_around_an_online_spike():
+    data = modular_arithmetic(7, "+", 0.5, seed=0)
+    rec = TrajectoryRecorder(data, 1000, [-2], [3], ls.SpikeDetector(factor=1e9))
+    fired = iter([False] * 5 + [True] + [False] * 10)
+    rec.detector.update = lambda k, loss: next(fired)
+
+    from replicate.models import ModularMLP
+    model = ModularMLP(7, 4, 8)
+    for updates in range(12):
+        with torch.no_grad():
+            model.out.bias += 1.0  # change the weights so that each snapshot differs
+        rec(updates, model)
+    # Spike at curve step 6: keep step 4 (offset -2), 6 and 9 (offset +3), plus step 1.
+    assert sorted(rec.snapshots) == [1, 4, 6, 9]
+    assert float(rec.snapshots[9][-1] - rec.snapshots[4][-1]) == pytest.approx(5.0)
