@@ -144,7 +144,9 @@ def chapter_rows(results_dir: Path) -> list[dict]:
     for path in sorted(Path(results_dir).glob("*.json")):
         record = json.loads(path.read_text())
         total += record["duration_s"]
-        rows.append(row(f"chapter {record['chapter']} at preset {record['preset']}",
+        reused = (record.get("runs") or {}).get("reused", 0)
+        note = f" ({reused} runs reused from the cache)" if reused else ""
+        rows.append(row(f"chapter {record['chapter']} at preset {record['preset']}{note}",
                         record["duration_s"] / 60, "min", target="<= 10-12 min (per issue)"))
     if rows:
         rows.append(row("whole book, all chapters", total / 60, "min", target="<= 45 min",

@@ -29,6 +29,15 @@ def _cell(value) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _runtime(record: dict) -> str:
+    """The recorded duration, flagged when training runs came from the run cache."""
+    text = f"{record['duration_s']:.0f} s"
+    runs = record.get("runs") or {}
+    if runs.get("reused"):
+        text += f" ({runs['reused']} of {runs['reused'] + runs.get('computed', 0)} runs from the cache)"
+    return text
+
+
 def load_results(results_dir: Path) -> list[dict]:
     results = []
     for path in sorted(Path(results_dir).glob("*.json")):
@@ -51,7 +60,7 @@ def render(results: list[dict]) -> str:
         verdict = "**reproduced**" if r["reproduced"] else "**not reproduced**"
         lines.append(f"| {{doc}}`{ch.title} <claims/{ch.name}>` | {_cell(r['claim'])} | "
                      f"{_cell(r['preset'])} | {verdict} | {passed}/{len(claims)} | "
-                     f"{r['duration_s']:.0f} s | {_cell(r['device'])} |")
+                     f"{_runtime(r)} | {_cell(r['device'])} |")
     for r in results:
         lines += ["", f"## {r['title']}", "",
                   f"Preset `{r['preset']}`, seed {r['seed']}, commit `{r['git_commit']}`.", "",

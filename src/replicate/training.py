@@ -73,6 +73,11 @@ def config_key(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# How many runs this process took from the cache and how many it computed: a chapter's recorded
+# duration means little without it (a re-execution from the cache takes seconds).
+CACHE_STATS = {"reused": 0, "computed": 0}
+
+
 def cached_run(name: str, config: dict[str, Any], run: Callable[[], Any], verbose: bool = True) -> Any:
     """Return `run()`'s result, reusing a finished run with the same `config` if there is one.
 
@@ -86,8 +91,11 @@ def cached_run(name: str, config: dict[str, Any], run: Callable[[], Any], verbos
         if verbose:
             print(f"{name}: reusing the finished run {path.name} from the run cache")
         with open(path, "rb") as fh:
-            return pickle.load(fh)
+            result = pickle.load(fh)
+        CACHE_STATS["reused"] += 1
+        return result
     result = run()
+    CACHE_STATS["computed"] += 1
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import presets
 from .runtime import describe_device, git_commit, results_dir, seed_everything
+from .training import CACHE_STATS
 
 
 @dataclass
@@ -117,6 +118,7 @@ class ChapterRun:
             "seed": self.seed,
             "device": describe_device(),
             "duration_s": round(time.perf_counter() - self.started, 1),
+            "runs": dict(CACHE_STATS),  # reused from the run cache vs computed in this execution
             "git_commit": git_commit(),
             "params": self.params,
         }
@@ -128,7 +130,8 @@ class ChapterRun:
             json.dump(record, fh, indent=2)
             fh.write("\n")
         os.replace(tmp, path)
-        print(f"{record['duration_s']} s on {record['device']}; verdict written to {path}")
+        cached = " (training runs: {reused} reused from the cache, {computed} computed)".format(**CACHE_STATS)
+        print(f"{record['duration_s']} s on {record['device']}{cached}; verdict written to {path}")
         return str(path)
 
 
