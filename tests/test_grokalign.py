@@ -1,0 +1,117 @@
+"""The GrokAlign regulariser and the chapter's training runs."""
+import torch
+from torch import nn
+
+from replicate import grokalign as ga
+from replicate import jacobian
+from replicate.models import MLP
+
+
+def _points(n=4, d=5, seed=0):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _finite_difference_check(model, penalty, h=1e-6):
+    """Compare autograd's gradient of `penalty()` with central differences, entry by entry."""
+    params = list(model.parameters())
+    # The output layer's bias does not enter the Jacobian: its gradient is None, i.e. zero.
+    grads = torch.autograd.grad(penalty(), params, allow_unused=True)
+    for p, g in zip(params, grads):
+        g = torch.zeros_like(p) if g is None else g
+        flat, gflat = p.data.view(-1), g.view(-1)
+        for i in range(0, flat.numel(), max(1, flat.numel() // 7)):
+            old = flat[i].item()
+            flat[i] = old + h
+            up = penalty().item()
+            flat[i] = old - h
+            down = penalty().item()
+            flat[i] = old
+            assert abs((up - down) / (2 * h) - gflat[i].item()) < 1e-6 * max(1.0, abs(gflat[i].item()))
+
+
+def test_regulariser_gradient_matches_finite_differences_scalar_output():
+    torch.manual_seed(0)
+    model = MLP(5, 6, 3, 1).double()
+    x = _points()
+    _finite_difference_check(model, lambda: jacobian.grokalign_penalty(model, x))
+
+
+def test_regulariser_gradient_matches_finite_differences_with_projections():
+    torch.manual_seed(1)
+    model = MLP(5, 6, 2, 3).double()
+    x = _points()
+    # a fixed projection seed makes the estimate a deterministic function of the parameters
+    _finite_difference_check(model, lambda: jacobian.grokalign_penalty(
+        model, x, projections=2, generator=torch.Generator().manual_seed(3)))
+
+
+def test_regularised_loss_adds_lambda_times_the_penalty():
+    torch.manual_seed(0)
+    model = MLP(5, 6, 2, 1).double()
+    x = _points(6)
+    base = torch.tensor(0.5, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    assert ga.regularised_loss(model, x, base, 0.0, 0, 1, gen) is base
+    expected = 0.5 + 0.3 * jacobian.frobenius_norm_exact(model, x[:4]).mean()
+    got = ga.regularised_loss(model, x, base, 0.3, 4, 1, gen)
+    assert torch.allclose(got, expected, atol=1e-10)
+
+
+def _tiny_mnist_config(lam):
+    return dict(seed=0, n_train=64, width=16, depth=3, bias=True, init_scale=1.0, lr=1e-3,
+                weight_decay=0.01, batch_size=16, loss="ce", lam=lam, reg_points=8, projections=1,
+                max_steps=12, eval_every=4, threshold=1.1, jacobian_points=4)
+
+
+def _tiny_data():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(64, 784, generator=g), torch.randint(0, 10, (64,), generator=g),
+            torch.randn(32, 784, generator=g), torch.randint(0, 10, (32,), generator=g))
+
+
+def test_lambda_zero_is_plain_adamw_training():
+    data = _tiny_data()
+    config = _tiny_mnist_config(0.0)
+    run = ga.train_mnist(config, data=data)
+    # the same training by hand: same init, same batches, plain AdamW on cross-entropy
+    x, y = data[0], data[1]
+    torch.manual_seed(0)
+    model = MLP(784, 16, 3, 10)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(1)
+    order = torch.randperm(64, generator=gen)
+    for t in range(1, 13):
+        k = (t - 1) % 4
+        if k == 0 and t > 1:
+            order = torch.randperm(64, generator=gen)
+        idx = order[k * 16:(k + 1) * 16]
+        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = (model(x).argmax(1) == y).float().mean().item()
+    assert run["train_acc"][-1] == acc
+    assert not run["reached"] and run["steps"] == 12
+    # and a positive lambda does change the trajectory (the comparison above can fail)
+    reg = ga.train_mnist(_tiny_mnist_config(1.0), data=data)
+    assert reg["jacobian_norm"][-1] != run["jacobian_norm"][-1]
+
+
+def test_run_stops_at_the_threshold():
+    config = {**_tiny_mnist_config(0.0), "threshold": -1.0}
+    run = ga.train_mnist(config, data=_tiny_data())
+    assert run["reached"] and run["steps_to_threshold"] == 0 and len(run["step"]) == 1
+
+
+def test_xor_data():
+    x, y = ga.xor_data(50, 20, 0.05, torch.Generator().manual_seed(0))
+    assert x.shape == (50, 20)
+    assert torch.equal(x[:, :2].abs(), torch.ones(50, 2))
+    assert torch.allclose(x[:, 2:].abs(), torch.full((50, 18), 0.05))
+    assert torch.equal(y, x[:, 0] * x[:, 1])
+
+
+def test_first_step():
+    assert ga.first_step([0, 10, 20], [0.1, 0.9, 0.95], 0.9) == 10
+    assert ga.first_step([0, 10], [0.1, 0.2], 0.9) is None
