@@ -51,3 +51,11 @@ def test_failed_run_leaves_no_cache_entry(tmp_path):
     with pytest.raises(RuntimeError):
         cached_run("unit", {"x": 1}, boom)
     assert cached_run("unit", {"x": 1}, lambda: "fresh") == "fresh"
+
+
+def test_evaluation_can_stop_training_early():
+    steps_taken = []
+    history = train_loop(lambda t: steps_taken.append(t) or 1.0, 100, [0, 10, 20, 30, 40],
+                         lambda t: {"acc": t / 40, "stop": t >= 20})
+    assert [h["step"] for h in history] == [0, 10, 20] and steps_taken[-1] == 20
+    assert "stop" not in history[-1] and history[-1]["acc"] == 0.5

@@ -43,6 +43,8 @@ def train_loop(step: Callable[[int], float], steps: int, eval_steps: list[int],
 
     Returns the evaluation history, one dict per evaluation with the key `step` and, from step 1
     on, `loss` (the training loss of that step). Stops with DivergenceError on a NaN/inf loss.
+    An evaluation that returns `stop=True` (e.g. a threshold reached) ends training there; the
+    `stop` key itself is not recorded.
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
@@ -50,6 +52,8 @@ def train_loop(step: Callable[[int], float], steps: int, eval_steps: list[int],
     history = []
     if wanted and wanted[0] == 0:
         history.append({"step": 0, **evaluate(0)})
+        if history[-1].pop("stop", False):
+            return history
     wanted = set(wanted)
     # mininterval keeps the bar from costing time on fast steps; TQDM_DISABLE=1 silences it.
     bar = tqdm(range(1, steps + 1), desc=desc, mininterval=1.0, leave=False)
@@ -63,6 +67,8 @@ def train_loop(step: Callable[[int], float], steps: int, eval_steps: list[int],
         if t in wanted:
             history.append({"step": t, "loss": loss, **evaluate(t)})
             bar.set_postfix(loss=f"{loss:.3g}", refresh=False)
+            if history[-1].pop("stop", False):
+                break
     bar.close()
     return history
 
