@@ -1,0 +1,90 @@
+"""PGD against the closed-form worst case of a linear classifier, and its constraints."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from replicate.adversarial import first_index_above, pgd_linf, robust_accuracy, settling_index
+from replicate.models import MLP
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tensors are tiny: one thread is faster, and far faster on a busy shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def linear_two_class(dim=30, seed=0):
+    """logits = [0, w.x + b]: the l_inf worst case is known in closed form."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(dim, generator=gen, dtype=torch.float64)
+    layer = nn.Linear(dim, 2).double()
+    with torch.no_grad():
+        layer.weight.copy_(torch.stack([torch.zeros(dim, dtype=torch.float64), w]))
+        layer.bias.copy_(torch.tensor([0.0, 0.1], dtype=torch.float64))
+    return layer, w, 0.1
+
+
+def test_pgd_finds_the_worst_case_of_a_linear_classifier():
+    model, w, b = linear_two_class()
+    gen = torch.Generator().manual_seed(1)
+    x = 0.3 + 0.4 * torch.rand(200, 30, generator=gen, dtype=torch.float64)  # away from 0 and 1
+    y = torch.randint(0, 2, (200,), generator=gen)
+    eps = 0.1
+    adv = pgd_linf(model, x, y, eps, alpha=0.02, steps=20)
+    # Class 1 loses by moving against w, class 0 by moving along it: a corner of the eps-box.
+    direction = torch.where(y[:, None] == 1, -1.0, 1.0) * torch.sign(w)
+    assert torch.allclose(adv, x + eps * direction, rtol=0, atol=1e-12)
+    margin = torch.where(y == 1, 1.0, -1.0) * (x @ w + b)
+    expected = (margin - eps * w.abs().sum() > 0).double().mean().item()
+    assert robust_accuracy(model, x, y, [eps], alpha=0.02, steps=20)[eps] == pytest.approx(expected)
+    assert 0.05 < expected < 0.95  # the closed form separates robust from broken points here
+
+
+def test_pgd_stays_in_the_eps_ball_and_the_data_range():
+    torch.manual_seed(0)
+    model = MLP(784, 64, 3, 10).eval()
+    gen = torch.Generator().manual_seed(2)
+    x = (torch.rand(64, 784, generator=gen) > 0.6).float() * torch.rand(64, 784, generator=gen)
+    y = torch.randint(0, 10, (64,), generator=gen)
+    eps = torch.tensor([0.03, 0.2]).repeat_interleave(32)
+    adv = pgd_linf(model, x, y, eps, alpha=0.05, steps=10)
+    assert ((adv - x).abs() <= eps[:, None] + 1e-6).all()
+    assert adv.min() >= 0.0 and adv.max() <= 1.0
+    assert ((adv - x).abs().amax(1) > 0.9 * eps).all()  # the attack did move
+
+
+def test_robust_accuracy_never_exceeds_clean_accuracy():
+    torch.manual_seed(3)
+    model = MLP(20, 32, 3, 3).eval()
+    gen = torch.Generator().manual_seed(4)
+    x = torch.rand(300, 20, generator=gen)
+    y = model(x).argmax(1)
+    y[:100] = torch.randint(0, 3, (100,), generator=gen)  # some points wrong when clean
+    clean = (model(x).argmax(1) == y).float().mean().item()
+    robust = robust_accuracy(model, x, y, [0.0, 0.01, 0.05, 0.2], alpha=0.02, steps=10)
+    assert robust[0.0] == pytest.approx(clean)  # eps = 0 cannot move a point
+    assert all(acc <= clean for acc in robust.values())
+    assert robust[0.2] < robust[0.01]  # and a larger ball breaks more points here
+
+
+def test_attack_leaves_the_model_untouched():
+    torch.manual_seed(5)
+    model = MLP(10, 8, 2, 2)
+    x, y = torch.rand(5, 10), torch.zeros(5, dtype=torch.long)
+    pgd_linf(model, x, y, 0.1, 0.05, 3)
+    assert all(p.requires_grad and p.grad is None for p in model.parameters())
+
+
+def test_settling_and_onset_indices():
+    acc = np.array([0.1, 0.5, 0.90, 0.95, 0.91, 0.905, 0.912])
+    assert settling_index(acc, 0.01) == 4  # 0.90 is 0.012 from the final 0.912, 0.95 is 0.038
+    assert settling_index(np.array([0.1, 0.92, 0.93, 0.90]), 0.01) == 3  # 0.92 is 0.02 away
+    assert settling_index(np.array([0.1, 0.905, 0.95, 0.90]), 0.01) == 1  # a later excursion is ignored
+    assert settling_index(np.ones(3), 0.01) == 0
+    assert first_index_above(acc, 0.9) == 3
+    assert first_index_above(acc, 0.9, start=4) == 4
+    assert first_index_above(acc, 0.99) is None
