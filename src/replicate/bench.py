@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .runtime import BOOK_DIR, PROJECT_ROOT
@@ -127,6 +128,70 @@ def pgd() -> list[dict]:
     seconds = median_seconds(lambda: pgd_linf(model, x, y, 0.1, 0.0156, 20))
     return [row("PGD, 500 points x 20 steps", seconds, "s", 0.115, higher_is_better=False,
                 target="no slower than the seed's", met=seconds <= 0.115)]
+
+
+@benchmark
+def grokalign_step() -> list[dict]:
+    """A GrokAlign update (one random projection, double backward) against a plain update, on the
+    seed code's 4x196 bias-free MLP at batch 256, x8 initialisation, AdamW, MSE."""
+    from .grokalign import step_cost
+
+    config = dict(n_train=1024, seed=0, width=196, depth=4, bias=False, init_scale=8.0, lr=1e-3,
+                  weight_decay=0.01, batch_size=256, loss="mse", projections=1)
+    plain = step_cost({**config, "reg_points": 256}, lam=0.0)
+    rows = [row("plain update (4x196 MLP, batch 256)", plain * 1e3, "ms")]
+    for points in (256, 64):
+        ratio = step_cost({**config, "reg_points": points}, lam=0.1) / plain
+        rows.append(row(f"GrokAlign update / plain update, regulariser on {points} of 256 points", ratio,
+                        "x", 2.8, higher_is_better=False, target="<= 1.5x", met=ratio <= 1.5))
+    return rows
+
+
+@benchmark
+def partition() -> list[dict]:
+    """The exact partition of a slice through three MNIST digits, 784-200-200-200-10 at init."""
+    from . import partition as P
+
+    x, y = _mnist_points(200)
+    triad = [x[(y == c).nonzero()[0, 0]].numpy() for c in (0, 1, 2)]
+    plane = P.plane_through(*triad)
+    domain = P.square_around(plane.coords(np.stack(triad)))
+    layers = P.linear_layers(_mnist_mlp())
+    parts = []
+    seconds = median_seconds(lambda: parts.append(P.partition(layers, plane, domain)), repeat=3, warmup=0)
+    regions = parts[-1].n_regions
+    memory = peak_memory_mb()
+    return [row(f"exact partition, width 200 ({regions} regions)", regions / seconds, "regions/s",
+                target=">= 5,000 regions/s", met=regions / seconds >= 5000),
+            row("exact partition: peak resident memory of the process", memory, "MB")]
+
+
+@benchmark
+def hessian_lanczos() -> list[dict]:
+    """Lanczos extremes of the full-batch loss Hessian of chapter 05's model (p = 47, r = 0.5)."""
+    from .algorithmic import modular_arithmetic
+    from .landscape import hessian_extremes
+    from .models import ModularMLP
+
+    data = modular_arithmetic(47, "+", 0.5, seed=0)
+    torch.manual_seed(0)
+    model = ModularMLP(47)
+    iterations = 60
+    seconds = median_seconds(lambda: hessian_extremes(model, data.train_x, data.train_y, iterations=iterations))
+    return [row(f"Hessian-vector products ({sum(p.numel() for p in model.parameters())} parameters)",
+                iterations / seconds, "HVP/s"),
+            row(f"lambda_max and lambda_min by Lanczos ({iterations} HVPs), per eigenpair", seconds / 2, "s")]
+
+
+@benchmark
+def intrinsic_dimension() -> list[dict]:
+    """MLE (k = 2) and TwoNN on 2,000 points in 256 dimensions (a 10-dimensional subspace)."""
+    from .intrinsic_dimension import mle_dimension, twonn_dimension
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, 10, generator=gen) @ torch.randn(10, 256, generator=gen)
+    return [row("MLE (k = 2), 2,000 x 256", median_seconds(lambda: mle_dimension(x, k=2)), "s"),
+            row("TwoNN, 2,000 x 256", median_seconds(lambda: twonn_dimension(x)), "s")]
 
 
 def _run_in_child(name: str) -> list[dict]:
