@@ -3,6 +3,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from replicate.runtime import PROJECT_ROOT
 
@@ -26,3 +27,12 @@ def data_dir() -> Path:
     assert (path / "mnist" / "MNIST" / "raw").is_dir(), (
         f"MNIST test files expected under {path}/mnist/MNIST/raw (set REPLICATE_DATA_DIR)")
     return path
+
+
+@pytest.fixture
+def one_thread():
+    """For tests on tiny tensors: one thread is faster, and far faster on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -8,13 +8,7 @@ from replicate.adversarial import first_index_above, pgd_linf, robust_accuracy, 
 from replicate.models import MLP
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These tensors are tiny: one thread is faster, and far faster on a busy shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def linear_two_class(dim=30, seed=0):

@@ -11,13 +11,7 @@ from replicate.local_complexity import (cross_polytope, lc_phases, local_complex
 from replicate.models import MLP
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These tensors are tiny: one thread is faster, and far faster on a busy shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def mlp(width=32, depth=4, in_dim=784, bias=True, seed=0, activation=None):
