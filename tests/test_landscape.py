@@ -175,3 +175,16 @@ def test_recorder_stores_the_window_around_an_online_spike():
     # Spike at curve step 6: keep step 4 (offset -2), 6 and 9 (offset +3), plus step 1.
     assert sorted(rec.snapshots) == [1, 4, 6, 9]
     assert float(rec.snapshots[9][-1] - rec.snapshots[4][-1]) == pytest.approx(5.0)
+
+
+def test_transformer_hessian_vector_products_match_the_dense_hessian():
+    # Double backward through attention: the HVP must equal the dense Hessian times v.
+    from replicate.models import TinyTransformer
+
+    torch.manual_seed(0)
+    model = TinyTransformer(vocab=5, d_model=4, heads=2, layers=1, ffn=6).double()
+    x = torch.randint(0, 5, (12, 2))
+    y = torch.randint(0, 5, (12,))
+    dense = ls.dense_hessian(model, x, y)
+    v = torch.randn(dense.shape[0], dtype=torch.float64)
+    assert torch.allclose(ls.hvp_operator(model, x, y)(v), dense @ v, atol=1e-8)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import itertools
+
 import numpy as np
 import torch
 from torch import nn
 
-from .models import ModularMLP
+from .models import algorithmic_model
 from .training import train_loop
 
 OPERATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
@@ -49,6 +51,29 @@ def modular_arithmetic(p: int, op: str = "+", train_fraction: float = 0.5, seed:
     return AlgorithmicData(x[tr], y[tr], x[va], y[va], p, op)
 
 
+def s5_composition(train_fraction: float = 0.5, seed: int = 0) -> AlgorithmicData:
+    """All 120^2 pairs (a, b) of permutations of 5 elements labelled a∘b, (a∘b)(i) = a(b(i)),
+    split at random; tokens and classes are the permutations' indices in lexicographic order."""
+    if not 0 < train_fraction < 1:
+        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    perms = list(itertools.permutations(range(5)))
+    index = {perm: i for i, perm in enumerate(perms)}
+    table = torch.tensor([[index[tuple(a[j] for j in b)] for b in perms] for a in perms])
+    a, b = torch.meshgrid(torch.arange(120), torch.arange(120), indexing="ij")
+    x, y = torch.stack([a.flatten(), b.flatten()], dim=1), table.flatten()
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    n_train = int(round(train_fraction * len(y)))
+    tr, va = order[:n_train], order[n_train:]
+    return AlgorithmicData(x[tr], y[tr], x[va], y[va], 120, "s5")
+
+
+def algorithmic_task(operation: str, p: int, train_fraction: float, seed: int) -> AlgorithmicData:
+    """`a op b mod p` for op in OPERATIONS, or composition in S5 (operation "s5"; p is ignored)."""
+    if operation == "s5":
+        return s5_composition(train_fraction, seed)
+    return modular_arithmetic(p, operation, train_fraction, seed)
+
+
 @dataclass
 class ModularRun:
     """What a run leaves: per-step curves, the measures taken, and the final weights."""
@@ -67,13 +92,14 @@ class ModularRun:
 
 def train_modular(data: AlgorithmicData, steps: int, seed: int = 0, lr: float = 1e-3,
                   weight_decay: float = 1.0, betas: tuple[float, float] = (0.9, 0.98),
-                  embed_dim: int = 128, hidden: int = 256, clip_norm: float | None = None,
+                  embed_dim: int = 128, hidden: int = 256, model_kind: str = "mlp",
+                  clip_norm: float | None = None,
                   measure_steps: list[int] = (), measure: Callable[[int, nn.Module], dict] | None = None,
                   desc: str = "modular arithmetic") -> ModularRun:
     """Full-batch AdamW on cross-entropy. Index t-1 of each curve is the value at step t
     (loss and train accuracy before that step's update, validation accuracy after it)."""
     torch.manual_seed(seed)
-    model = ModularMLP(data.p, embed_dim, hidden)
+    model = algorithmic_model(model_kind, data.p, embed_dim, hidden)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
     curves = {k: np.zeros(steps) for k in ("loss", "train_acc", "val_acc", "grad_norm")}
     loss_fn = nn.CrossEntropyLoss()

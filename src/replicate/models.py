@@ -67,3 +67,60 @@ class ModularMLP(nn.Module):
 
     def forward(self, pairs: torch.Tensor) -> torch.Tensor:
         return self.representations(pairs)["logits"]
+
+
+class TinyTransformer(nn.Module):
+    """A decoder-only transformer for two-token algorithmic tasks (Power et al. 2022 use 2 layers,
+    width 128, 4 heads): token + position embeddings, pre-norm blocks with causal attention, and
+    logits read at the last token.
+
+    Attention is written out with plain matrix products (no fused kernel), so the loss can be
+    differentiated twice, as the Hessian-vector products of `replicate.landscape` need.
+    """
+
+    def __init__(self, vocab: int, d_model: int = 128, heads: int = 4, layers: int = 2,
+                 ffn: int = 512, seq_len: int = 2):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
+        self.heads = heads
+        self.token = nn.Embedding(vocab, d_model)
+        self.position = nn.Parameter(torch.randn(seq_len, d_model) * 0.02)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "norm1": nn.LayerNorm(d_model), "qkv": nn.Linear(d_model, 3 * d_model), "proj": nn.Linear(d_model, d_model),
+            "norm2": nn.LayerNorm(d_model), "up": nn.Linear(d_model, ffn), "down": nn.Linear(ffn, d_model),
+        }) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.out = nn.Linear(d_model, vocab)
+
+    def _attention(self, block: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
+        n, t, d = x.shape
+        q, k, v = block["qkv"](block["norm1"](x)).reshape(n, t, 3, self.heads, d // self.heads).unbind(2)
+        scores = torch.einsum("nqhd,nkhd->nhqk", q, k) / (d // self.heads) ** 0.5
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        weights = scores.masked_fill(causal, float("-inf")).softmax(-1)
+        return block["proj"](torch.einsum("nhqk,nkhd->nqhd", weights, v).reshape(n, t, d))
+
+    def representations(self, pairs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The last token's representation after the embedding and after each block, and the logits."""
+        x = self.token(pairs) + self.position[: pairs.shape[1]]
+        reps = {"embedding": x[:, -1]}
+        for i, block in enumerate(self.blocks, 1):
+            x = x + self._attention(block, x)
+            x = x + block["down"](torch.relu(block["up"](block["norm2"](x))))
+            reps[f"block{i}"] = x[:, -1]
+        reps["logits"] = self.out(self.norm(x[:, -1]))
+        return reps
+
+    def forward(self, pairs: torch.Tensor) -> torch.Tensor:
+        return self.representations(pairs)["logits"]
+
+
+def algorithmic_model(kind: str, vocab: int, embed_dim: int = 128, hidden: int = 256) -> nn.Module:
+    """The model for an algorithmic task: `mlp` (ModularMLP, the CPU choice) or `transformer`
+    (TinyTransformer with d_model=embed_dim, feed-forward width=hidden, 2 layers, 4 heads)."""
+    if kind == "mlp":
+        return ModularMLP(vocab, embed_dim, hidden)
+    if kind == "transformer":
+        return TinyTransformer(vocab, embed_dim, heads=4, layers=2, ffn=hidden)
+    raise ValueError(f"unknown model {kind!r}; valid: mlp, transformer")

@@ -19,7 +19,7 @@ from torch import nn
 
 from .algorithmic import AlgorithmicData, ModularRun, train_modular
 from .landscape import SpikeDetector, flat_params, hessian_extremes
-from .models import ModularMLP
+from .models import algorithmic_model
 
 
 class TrajectoryRecorder:
@@ -75,10 +75,12 @@ class SlingshotRun:
 
 def slingshot_run(data: AlgorithmicData, steps: int, seed: int, lr: float, weight_decay: float,
                   betas: tuple[float, float], embed_dim: int, hidden: int, snapshot_every: int,
-                  spike_before: list[int], spike_after: list[int], detector: SpikeDetector) -> SlingshotRun:
+                  spike_before: list[int], spike_after: list[int], detector: SpikeDetector,
+                  model_kind: str = "mlp") -> SlingshotRun:
     recorder = TrajectoryRecorder(data, snapshot_every, spike_before, spike_after, detector)
     run = train_modular(data, steps, seed=seed, lr=lr, weight_decay=weight_decay, betas=betas,
-                        embed_dim=embed_dim, hidden=hidden, measure_steps=range(0, steps + 1),
+                        embed_dim=embed_dim, hidden=hidden, model_kind=model_kind,
+                        measure_steps=range(0, steps + 1),
                         measure=recorder, desc="slingshot run")
     run.measures = []  # one empty dict per step: nothing to keep
     # The recorder sees steps 1..steps+1 (the last one being the final weights); the curves have
@@ -90,9 +92,9 @@ def slingshot_run(data: AlgorithmicData, steps: int, seed: int, lr: float, weigh
 
 
 def hessians_at(data: AlgorithmicData, embed_dim: int, hidden: int, snapshots: dict[int, np.ndarray],
-                iterations: int, seed: int = 0) -> dict[int, dict]:
+                iterations: int, seed: int = 0, model_kind: str = "mlp") -> dict[int, dict]:
     """λ_max, λ_min (Lanczos) and the wall-clock cost at each snapshot."""
-    model = ModularMLP(data.p, embed_dim, hidden)
+    model = algorithmic_model(model_kind, data.p, embed_dim, hidden)
     out = {}
     for k, vec in snapshots.items():
         start = time.perf_counter()
@@ -105,13 +107,13 @@ def hessians_at(data: AlgorithmicData, embed_dim: int, hidden: int, snapshots: d
 # --- cached runs of the chapter (the notebook and any pre-computation share these keys) --------
 
 CHAPTER = "05_slingshot_hessian"
-RUN_KEYS = ("seed", "p", "operation", "train_fraction", "steps", "lr", "weight_decay", "betas",
+RUN_KEYS = ("seed", "model", "p", "operation", "train_fraction", "steps", "lr", "weight_decay", "betas",
             "embed_dim", "hidden")
 
 
 def chapter_data(params: dict) -> AlgorithmicData:
-    from .algorithmic import modular_arithmetic
-    return modular_arithmetic(params["p"], params["operation"], params["train_fraction"], params["seed"])
+    from .algorithmic import algorithmic_task
+    return algorithmic_task(params["operation"], params["p"], params["train_fraction"], params["seed"])
 
 
 def detector_from(params: dict) -> SpikeDetector:
@@ -127,7 +129,7 @@ def cached_slingshot_run(params: dict) -> SlingshotRun:
     return cached_run(CHAPTER, config, lambda: slingshot_run(
         chapter_data(params), params["steps"], params["seed"], params["lr"], params["weight_decay"],
         tuple(params["betas"]), params["embed_dim"], params["hidden"], params["snapshot_every"],
-        params["spike_before"], params["spike_after"], detector_from(params)))
+        params["spike_before"], params["spike_after"], detector_from(params), params["model"]))
 
 
 def cached_clipped_run(params: dict, clip_norm: float) -> ModularRun:
@@ -137,7 +139,8 @@ def cached_clipped_run(params: dict, clip_norm: float) -> ModularRun:
     def go() -> ModularRun:
         run = train_modular(chapter_data(params), params["steps"], seed=params["seed"], lr=params["lr"],
                             weight_decay=params["weight_decay"], betas=tuple(params["betas"]),
-                            embed_dim=params["embed_dim"], hidden=params["hidden"], clip_norm=clip_norm,
+                            embed_dim=params["embed_dim"], hidden=params["hidden"],
+                            model_kind=params["model"], clip_norm=clip_norm,
                             desc=f"clipped at {clip_norm:g}")
         run.state_dict = None  # only the curves are needed
         return run
@@ -170,7 +173,7 @@ def cached_hessians(params: dict, sling: SlingshotRun, only: list[int] | None = 
         config = {"hessian_at": k, "iterations": params["lanczos_iterations"], **_run_config(params)}
         out[k] = cached_run(CHAPTER, config, lambda: hessians_at(
             data, params["embed_dim"], params["hidden"], {k: sling.snapshots[k]},
-            params["lanczos_iterations"], params["seed"])[k], verbose=False)
+            params["lanczos_iterations"], params["seed"], params["model"])[k], verbose=False)
     return out
 
 
@@ -184,7 +187,7 @@ def cached_surface(params: dict, final: np.ndarray, directions: np.ndarray, a_gr
     data = chapter_data(params)
     d1, d2 = (torch.from_numpy(np.ascontiguousarray(d, dtype=np.float32)) for d in directions[:2])
     return cached_run(CHAPTER, config, lambda: loss_surface(
-        ModularMLP(params["p"], params["embed_dim"], params["hidden"]), data.train_x, data.train_y,
+        algorithmic_model(params["model"], data.p, params["embed_dim"], params["hidden"]), data.train_x, data.train_y,
         torch.from_numpy(final), d1, d2, a_grid, b_grid))
 
 
