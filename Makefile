@@ -4,8 +4,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# MNIST: data/ when it holds mnist/, else the project's shared folder beside the checkout.
-REPLICATE_DATA_DIR ?= $(if $(wildcard data/mnist),$(CURDIR)/data,$(abspath $(CURDIR)/../shared/data))
+# MNIST: data/ (the two official test files are committed there); set REPLICATE_DATA_DIR to use
+# another folder, e.g. one holding torchvision's full training set.
+REPLICATE_DATA_DIR ?= $(CURDIR)/data
 export REPLICATE_DATA_DIR
 
 .PHONY: book test validate venv

@@ -7,7 +7,8 @@ import torch
 
 from replicate.runtime import PROJECT_ROOT
 
-SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+# The two official MNIST test files are committed under data/, so the tests run offline.
+PROJECT_DATA = PROJECT_ROOT / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -18,7 +19,7 @@ def _isolated(monkeypatch, tmp_path):
     monkeypatch.setenv("REPLICATE_NO_DOWNLOAD", "1")
     monkeypatch.setenv("TQDM_DISABLE", "1")
     if "REPLICATE_DATA_DIR" not in os.environ:
-        monkeypatch.setenv("REPLICATE_DATA_DIR", str(SHARED_DATA))
+        monkeypatch.setenv("REPLICATE_DATA_DIR", str(PROJECT_DATA))
 
 
 @pytest.fixture

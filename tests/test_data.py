@@ -1,3 +1,5 @@
+import hashlib
+
 import pytest
 import torch
 
@@ -51,3 +53,14 @@ def test_require_mnist_is_cheap_and_names_the_folder(data_dir, tmp_path):
     assert require_mnist(data_dir) == data_dir / "mnist" / "MNIST" / "raw"
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         require_mnist(tmp_path)
+
+
+def test_committed_mnist_files_are_the_official_test_set():
+    # The MD5s torchvision verifies when it downloads MNIST's test set.
+    from replicate.runtime import PROJECT_ROOT
+
+    official = {"t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+                "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c"}
+    raw = PROJECT_ROOT / "data" / "mnist" / "MNIST" / "raw"
+    for name, md5 in official.items():
+        assert hashlib.md5((raw / name).read_bytes()).hexdigest() == md5, name
