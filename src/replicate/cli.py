@@ -26,6 +26,7 @@ from . import presets
 from .runtime import BOOK_DIR, PACKAGE_DIR, PROJECT_ROOT
 
 SANITIZE_FILE = PACKAGE_DIR / "nbval_sanitize.cfg"
+JUDGING_DIR = BOOK_DIR / "judging"
 
 
 def _fail(message: str) -> int:
@@ -89,9 +90,25 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
         result = staging / "results" / f"{ch.name}.json"
         if not result.exists():
             return False, f"{ch.name} ran but wrote no verdict (did the notebook call run.save()?)"
+        _prepare_page(out, ch, json.loads(result.read_text()), results_dir)
         _move_into_place(result, results_dir / result.name)
         _move_into_place(out, claims_dir / out.name)
         return True, f"{ch.name} done in {time.perf_counter() - started:.0f} s -> {claims_dir / out.name}"
+
+
+def _prepare_page(notebook: Path, ch: presets.Chapter, record: dict, results_dir: Path) -> None:
+    """Reader-facing touches on an executed chapter: no staging paths, the verdict box on top."""
+    import nbformat
+
+    from .book_pages import load_json, refresh_chapter_page
+    from .scoreboard import judging_label
+
+    nb = nbformat.read(notebook, as_version=4)
+    meta = nb.metadata.get("papermill", {})
+    meta.update(input_path=f"notebooks/{ch.name}.ipynb", output_path=f"book/claims/{ch.name}.ipynb")
+    nbformat.write(nb, notebook)
+    refresh_chapter_page(notebook, record, load_json(Path(results_dir) / f"{ch.name}.seeds.json"),
+                         judging_label(ch.name, JUDGING_DIR))
 
 
 def cmd_run(args) -> int:
@@ -110,6 +127,12 @@ def cmd_run(args) -> int:
                 require_mnist()
             except FileNotFoundError as err:
                 raise presets.ConfigError(f"chapter {ch.name} needs MNIST. {err}") from None
+    from .runtime import git_commit
+
+    commit = git_commit()
+    if commit.endswith("+dirty"):
+        print(f"warning: the code has uncommitted changes; the verdicts will record {commit}. "
+              "Publish chapters from a clean commit.", file=sys.stderr)
     failures = 0
     for ch in chosen:
         print(f"running {ch.name} at preset {args.preset}" +
@@ -124,11 +147,32 @@ def cmd_run(args) -> int:
     return 1 if failures else 0
 
 
-def cmd_build(args) -> int:
-    from .scoreboard import write_scoreboard, write_toc
+def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> int:
+    """Rewrite every executed chapter's verdict box and across-seeds section from its results."""
+    from .book_pages import load_json, refresh_chapter_page
+    from .scoreboard import judging_label
 
+    changed = 0
+    for ch in presets.chapters():
+        notebook, record = claims_dir / f"{ch}.ipynb", load_json(results_dir / f"{ch}.json")
+        if notebook.exists() and record:
+            changed += refresh_chapter_page(notebook, record,
+                                            load_json(results_dir / f"{ch}.seeds.json"),
+                                            judging_label(ch, JUDGING_DIR))
+    return changed
+
+
+def cmd_build(args) -> int:
+    from .scoreboard import load_results, provenance, write_judging, write_scoreboard, write_toc
+
+    results_dir = Path(args.results_dir)
     write_toc(BOOK_DIR / "claims", BOOK_DIR / "_toc.yml")
-    page = write_scoreboard(Path(args.results_dir), BOOK_DIR / "scoreboard.md")
+    write_judging(JUDGING_DIR, BOOK_DIR / "judging.md")
+    refresh_pages(results_dir)
+    page = write_scoreboard(results_dir, BOOK_DIR / "scoreboard.md")
+    mixed = provenance(load_results(results_dir))
+    if mixed.startswith("**"):
+        print("warning: " + mixed.replace("**", "").strip(), file=sys.stderr)
     from .bench import RESULTS_FILE, render_page
 
     if RESULTS_FILE.exists():

@@ -11,13 +11,14 @@ from __future__ import annotations
 import gzip
 import os
 import socket
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .runtime import data_dir
+from .runtime import data_dir, display_path
 
 MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -118,15 +119,15 @@ def load_mnist(directory: str | Path | None = None, download: bool = True, verbo
         order = torch.randperm(len(y), generator=torch.Generator().manual_seed(OFFLINE_SPLIT_SEED))
         tr, te = order[:OFFLINE_TRAIN_SIZE], order[OFFLINE_TRAIN_SIZE:]
         data = MNIST(x[tr], y[tr], x[te], y[te],
-                     source=f"offline split of the official MNIST test set in {raw}")
+                     source=f"offline split of the official MNIST test set in {display_path(raw)}")
     else:
         raise FileNotFoundError(_missing_message(raw))
     if verbose:
         note = "" if data.source.startswith("standard") else (
             " (MNIST's training files are absent, so the 10,000 official test digits were split "
             "into disjoint train / held-out halves, the same every time)")
-        print(f"MNIST: {len(data.train_y)} train / {len(data.test_y)} held-out digits from the "
-              f"{data.source}{note}")
+        print(textwrap.fill(f"MNIST: {len(data.train_y)} train / {len(data.test_y)} held-out "
+                            f"digits from the {data.source}{note}", width=96))
     return data
 
 

@@ -32,6 +32,15 @@ def data_dir() -> Path:
     return Path(os.environ.get("REPLICATE_DATA_DIR", PROJECT_ROOT / "data")).expanduser().resolve()
 
 
+def display_path(path: str | Path) -> str:
+    """A path as a reader should see it: relative to the project when it lies inside it."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
 def results_dir() -> Path:
     """Where verdicts are written: $REPLICATE_RESULTS_DIR, or `book/results/`.
 
@@ -84,12 +93,20 @@ def seed_everything(seed: int):
     return torch.Generator().manual_seed(seed)
 
 
+# What `run`, `sweep` and `build` write: outputs of the code, not part of it.
+GENERATED_PATHS = ("book/claims", "book/results", "book/sweeps", "book/scoreboard.md",
+                   "book/_toc.yml", "book/benchmarks.md", "book/benchmarks.json")
+
+
 def git_commit() -> str:
     """The commit the project is at, with `+dirty` when there are uncommitted changes."""
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=PROJECT_ROOT,
                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        # The book's outputs (executed chapters, verdicts, sweeps, generated pages) change while
+        # a run publishes them; only changes to anything else make the code "dirty".
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in GENERATED_PATHS)],
                                cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
@@ -104,4 +121,5 @@ def describe_device() -> str:
     dev = device()
     if dev.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(dev)})"
-    return f"cpu ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"cpu ({threads} thread{'s' if threads != 1 else ''})"

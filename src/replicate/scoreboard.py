@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from . import presets
+from .book_pages import load_json, seeds_summary
 
 HEADER = """# Scoreboard
 
@@ -12,7 +13,10 @@ Every claim of the book, whether it reproduced, and at which preset. Each row co
 results file its chapter wrote when it last ran (`book/results/<chapter>.json`), so this page
 cannot disagree with the chapters. A claim counts as *reproduced* when every one of its `claim`
 checks passes; `report` lines are statements of the papers that we measure and show without a
-pass/fail, discrepancies with the papers among them.
+pass/fail, discrepancies with the papers among them. The column *Across seeds* counts the seeds
+(the published run among them) whose whole verdict reproduced; a claim is *robust* when each of
+its claim checks passes in at least 80% of the seeds. {doc}`judging` says, chapter by chapter,
+how each claim is judged.
 
 """
 
@@ -39,28 +43,52 @@ def _runtime(record: dict) -> str:
 
 
 def load_results(results_dir: Path) -> list[dict]:
+    """The published verdicts (`<chapter>.json`; the `.seeds.json` files are read separately)."""
     results = []
     for path in sorted(Path(results_dir).glob("*.json")):
-        with open(path) as fh:
-            results.append(json.load(fh))
+        if not path.name.endswith(".seeds.json"):
+            with open(path) as fh:
+                results.append(json.load(fh))
     return results
 
 
-def render(results: list[dict]) -> str:
+def load_seeds(results_dir: Path) -> dict[str, dict]:
+    found = {}
+    for ch in presets.chapters():
+        record = load_json(Path(results_dir) / f"{ch}.seeds.json")
+        if record:
+            found[ch] = record
+    return found
+
+
+def provenance(results: list[dict]) -> str:
+    """Which code produced the published chapters: one commit, or a warning naming them all."""
+    commits = sorted({r["git_commit"] for r in results})
+    if not commits:
+        return ""
+    if len(commits) == 1 and not commits[0].endswith("+dirty"):
+        return f"All chapters were executed from commit `{commits[0]}`.\n"
+    return ("**The chapters were executed from different or uncommitted code:** "
+            + ", ".join(f"`{c}`" for c in commits) + ". Re-run them from one clean commit.\n")
+
+
+def render(results: list[dict], seeds: dict[str, dict] | None = None) -> str:
+    seeds = seeds or {}
     by_name = {r["chapter"]: r for r in results}
-    lines = [HEADER, "| Chapter | Claim | Preset | Verdict | Claim checks | Runtime | Device |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [HEADER, provenance(results),
+             "| Chapter | Claim | Preset | Verdict | Claim checks | Across seeds | Runtime | Device |",
+             "|---|---|---|---|---|---|---|---|"]
     for ch in presets.chapters().values():
         r = by_name.get(ch.name)
         if r is None:
-            lines.append(f"| {ch.title} | {_cell(ch.claim)} | | not yet run | | | |")
+            lines.append(f"| {ch.title} | {_cell(ch.claim)} | | not yet run | | | | |")
             continue
         claims = [c for c in r["checks"] if c["kind"] == "claim"]
         passed = sum(bool(c["passed"]) for c in claims)
         verdict = "**reproduced**" if r["reproduced"] else "**not reproduced**"
         lines.append(f"| {{doc}}`{ch.title} <claims/{ch.name}>` | {_cell(r['claim'])} | "
                      f"{_cell(r['preset'])} | {verdict} | {passed}/{len(claims)} | "
-                     f"{_runtime(r)} | {_cell(r['device'])} |")
+                     f"{seeds_summary(seeds.get(ch.name))} | {_runtime(r)} | {_cell(r['device'])} |")
     for r in results:
         lines += ["", f"## {r['title']}", "",
                   f"Preset `{r['preset']}`, seed {r['seed']}, commit `{r['git_commit']}`.", "",
@@ -81,7 +109,7 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
     if executed:
         lines += ["  - caption: Claims", "    chapters:"]
         lines += [f"      - file: book/claims/{ch}" for ch in executed]
-    lines += ["  - caption: Appendix", "    chapters:"]
+    lines += ["  - caption: Appendix", "    chapters:", "      - file: book/judging"]
     if (Path(toc).parent / "benchmarks.json").exists():
         lines.append("      - file: book/benchmarks")
     lines.append("      - file: book/references")
@@ -90,5 +118,27 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
 
 
 def write_scoreboard(results_dir: Path, page: Path) -> Path:
-    page.write_text(render(load_results(results_dir)))
+    page.write_text(render(load_results(results_dir), load_seeds(results_dir)))
+    return page
+
+
+JUDGING_HEADER = """# How each claim is judged
+
+For every chapter: the setup we run, how each quantity is measured, each acceptance check with its
+threshold, and what we changed from the paper and why. A chapter's verdict is *reproduced* when
+all of its claim checks pass; report lines are measured and shown without a pass/fail.
+"""
+
+
+def judging_label(chapter: str, judging_dir: Path) -> str | None:
+    return f"judging-{chapter}" if (Path(judging_dir) / f"{chapter}.md").exists() else None
+
+
+def write_judging(judging_dir: Path, page: Path) -> Path:
+    """`judging.md`: the chapters' `judging/<chapter>.md` sections, in book order."""
+    parts = [JUDGING_HEADER]
+    for ch in presets.chapters():
+        if (Path(judging_dir) / f"{ch}.md").exists():
+            parts += ["", f"```{{include}} judging/{ch}.md", "```"]
+    page.write_text("\n".join(parts) + "\n")
     return page

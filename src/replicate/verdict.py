@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -56,6 +57,14 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+WIDTH = 96  # printed lines fit the book's text column
+
+
+def _wrap(text: str, first: str, rest: str) -> str:
+    return textwrap.fill(text, WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False)
+
+
 def _show(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k} {_show(v)}" for k, v in value.items())
@@ -94,13 +103,16 @@ class ChapterRun:
         self.checks = list(checks)
         claims = [c for c in self.checks if c.kind == "claim"]
         reproduced = bool(claims) and all(c.passed for c in claims)
-        print(f"Claim ({self.chapter.name}): {self.chapter.claim}")
+        print(_wrap(self.chapter.claim, f"Claim ({self.chapter.name}): ", "  "))
         for c in self.checks:
             tag = "REPORT" if c.kind == "report" else ("PASS" if c.passed else "FAIL")
-            print(f"{tag:6s} {c.name}\n       ours: {_show(c.ours)}\n       paper: {_show(c.paper)}")
+            print(_wrap(c.name, f"{tag:6s} ", " " * 7))
+            print(_wrap(_show(c.ours), "       ours: ", " " * 13))
+            print(_wrap(_show(c.paper), "       paper: ", " " * 14))
         passed = sum(bool(c.passed) for c in claims)
         word = "REPRODUCED" if reproduced else "NOT REPRODUCED"
-        print(f"Verdict at preset {self.label}: {word} ({passed}/{len(claims)} claim checks pass)")
+        print(_wrap(f"{word} ({passed}/{len(claims)} claim checks pass)",
+                    f"Verdict at preset {self.label}: ", "  "))
         return reproduced
 
     def save(self) -> str:
@@ -130,14 +142,35 @@ class ChapterRun:
             json.dump(record, fh, indent=2)
             fh.write("\n")
         os.replace(tmp, path)
-        cached = " (training runs: {reused} reused from the cache, {computed} computed)".format(**CACHE_STATS)
-        print(f"{record['duration_s']} s on {record['device']}{cached}; verdict written to {path}")
+        cached = "training runs: {reused} reused from the cache, {computed} computed".format(**CACHE_STATS)
+        print(f"{record['duration_s']} s on {record['device']} ({cached}).\n"
+              f"Verdict written to results/{path.name}.")
+        _display_checks(record["checks"])
         return str(path)
+
+
+def _display_checks(checks: list[dict]) -> None:
+    """The checks as a coloured table where a notebook front end can show HTML."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        from .book_pages import checks_table_html
+
+        display(HTML(checks_table_html(checks)))
+
+
+def _parameters_text(params: dict[str, Any]) -> str:
+    return _wrap(", ".join(f"{k}={_show(v)}" for k, v in params.items()), "parameters: ", "  ")
 
 
 def start_chapter(chapter: str, preset: str, namespace: dict[str, Any]) -> ChapterRun:
     """Validate the notebook's parameters against the presets, seed everything, print the setup."""
     params, overrides = presets.from_notebook(chapter, preset, namespace)
     run = ChapterRun(chapter, preset, params, overrides)
-    print(f"{run.chapter.title}: preset {run.label}, seed {run.seed}, device {describe_device()}")
+    print(_wrap(f"{run.chapter.title}: preset {run.label}, seed {run.seed}, "
+                f"device {describe_device()}", "", "  "))
+    print(_parameters_text(run.params))
     return run

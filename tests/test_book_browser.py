@@ -1,0 +1,143 @@
+"""The built book as a reader meets it: every page opened from file:// in headless Chromium.
+
+Needs Debian's Chromium (`apt-get install chromium`) and the `playwright` package (it drives the
+system browser; nothing is downloaded). Without a browser these tests skip with one line, unless
+REPLICATE_REQUIRE_BROWSER=1 (set by `.ci/run`), which turns the skip into a failure. Full-page
+screenshots are saved under `_build/screenshots/` for a person to look at.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replicate import presets
+from replicate.runtime import BOOK_DIR, PROJECT_ROOT
+
+HTML = PROJECT_ROOT / "_build" / "html"
+SHOTS = PROJECT_ROOT / "_build" / "screenshots"
+MIN_FIGURE_SCALE = 0.69  # a figure shown below ~0.7 of its size has unreadable text
+# Sphinx-book-theme's text column is about 784 px wide at this window size.
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+def _chromium() -> str | None:
+    return os.environ.get("REPLICATE_CHROMIUM") or shutil.which("chromium") or shutil.which(
+        "chromium-browser")
+
+
+def _skip_or_fail(reason: str):
+    if os.environ.get("REPLICATE_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"browser tests required (REPLICATE_REQUIRE_BROWSER=1) but {reason}")
+    pytest.skip(f"browser tests skipped: {reason} (apt-get install chromium; pip install playwright)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = _chromium()
+    if executable is None:
+        _skip_or_fail("no Chromium found")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _skip_or_fail("playwright is not installed")
+    with sync_playwright() as p:
+        # The flags keep Chromium from calling home: this machine has no internet, and a closed
+        # network makes those background connections fail noisily.
+        b = p.chromium.launch(executable_path=executable, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def built_book():
+    """Build the book from the executed chapters in the checkout (no execution, ~1 minute)."""
+    result = subprocess.run([sys.executable, "-m", "replicate", "build"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return HTML
+
+
+def _pages(html: Path) -> list[Path]:
+    # index.html only redirects to book/intro.html.
+    return sorted((html / "book").rglob("*.html"))
+
+
+def _inspect(browser, page_path: Path) -> dict:
+    page = browser.new_page(viewport=VIEWPORT)
+    failed = []
+    page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})"))
+    page.goto(page_path.as_uri(), wait_until="load")
+    # MathJax typesets after load; wait for it where the page has math.
+    page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+    facts = page.evaluate("""() => {
+        const article = document.querySelector('article.bd-article');
+        const imgs = Array.from(article.querySelectorAll('img'));
+        const math = Array.from(article.querySelectorAll('.math'));
+        const pres = Array.from(article.querySelectorAll('pre'));
+        const h1 = article.querySelector('h1');
+        const next = h1 ? h1.nextElementSibling : null;
+        return {
+          broken: imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src),
+          small: imgs.filter(i => i.naturalWidth > 0 && i.closest('.cell_output'))
+                     .map(i => [i.src.split('/').pop(), i.clientWidth / i.naturalWidth]),
+          rawMath: math.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent),
+          navTex: Array.from(document.querySelectorAll('nav.bd-links a'))
+                     .map(a => a.textContent).filter(t => /[$\\\\]/.test(t)),
+          overflowing: pres.filter(p => p.scrollWidth > p.clientWidth + 1)
+                     .map(p => p.textContent.split('\\n').find(l => l.length > 90) || ''),
+          pageOverflow: document.documentElement.scrollWidth > window.innerWidth,
+          firstAfterTitle: next ? next.className : null,
+          boxTitle: next && next.classList.contains('verdict-box')
+                     ? next.querySelector('.admonition-title').textContent : null,
+        };
+    }""")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / (page_path.stem + ".png")), full_page=True)
+    page.close()
+    facts["failed"] = failed
+    return facts
+
+
+@pytest.fixture(scope="module")
+def pages(browser, built_book):
+    return {p.relative_to(built_book).as_posix(): _inspect(browser, p) for p in _pages(built_book)}
+
+
+def test_every_request_and_image_loads(pages):
+    problems = {name: f["failed"] + f["broken"] for name, f in pages.items() if f["failed"] or f["broken"]}
+    assert not problems
+
+
+def test_math_is_typeset_offline_and_titles_hold_no_tex(pages):
+    raw = {name: f["rawMath"][:3] for name, f in pages.items() if f["rawMath"]}
+    assert not raw, f"raw TeX left on pages: {raw}"
+    assert not any(f["navTex"] for f in pages.values()), pages["book/intro.html"]["navTex"]
+
+
+def test_figures_are_shown_near_their_size(pages):
+    small = {name: [(src, round(scale, 2)) for src, scale in f["small"] if scale < MIN_FIGURE_SCALE]
+             for name, f in pages.items()}
+    assert not {k: v for k, v in small.items() if v}
+
+
+def test_nothing_runs_off_the_text_column(pages):
+    wide = {name: f["overflowing"][:3] for name, f in pages.items()
+            if f["overflowing"] or f["pageOverflow"]}
+    assert not wide
+
+
+@pytest.mark.parametrize("chapter", list(presets.chapters()))
+def test_verdict_box_is_first_under_the_title_and_matches_the_results(pages, chapter):
+    facts = pages.get(f"book/claims/{chapter}.html")
+    if facts is None:
+        pytest.skip(f"{chapter} has no executed chapter in the book yet")
+    record = json.loads((BOOK_DIR / "results" / f"{chapter}.json").read_text())
+    assert "verdict-box" in (facts["firstAfterTitle"] or ""), facts["firstAfterTitle"]
+    word = "not reproduced" if not record["reproduced"] else "reproduced"
+    assert facts["boxTitle"].startswith(f"Verdict: {word},"), facts["boxTitle"]
