@@ -23,6 +23,35 @@ def test_source_notebooks_are_stripped_and_have_a_verdict_cell():
         assert "run.verdict(" in "".join(verdict[0]["source"])
 
 
+def _cells(chapter):
+    return json.loads(presets.get_chapter(chapter).notebook.read_text())["cells"]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_source_notebooks_read_well_in_the_book(chapter):
+    cells = _cells(chapter)
+    too_long = [line for c in cells for line in "".join(c["source"]).splitlines() if len(line) > 100]
+    assert not too_long, f"lines over 100 characters run off the book's column: {too_long[:3]}"
+    tags = {i: c["metadata"].get("tags", []) for i, c in enumerate(cells)}
+    source = {i: "".join(c["source"]) for i, c in enumerate(cells)}
+    params = [i for i, t in tags.items() if "parameters" in t]
+    verdict = [i for i, s in source.items() if s.startswith("# NBVAL_CHECK_OUTPUT")]
+    save = [i for i, s in source.items() if s.strip() == "run.save();"]
+    assert len(params) == 1 and "hide-cell" in tags[params[0]], "defaults cell: collapsed"
+    assert len(verdict) == 1 and "hide-cell" in tags[verdict[0]], "plain-text verdict: collapsed"
+    assert len(save) == 1 and "remove-input" in tags[save[0]], "checks table: output only"
+    title = source[0].splitlines()[0]
+    assert title.startswith("# ") and "$" not in title and "\\" not in title, "no TeX in titles"
+    assert title[2:] == presets.get_chapter(chapter).title
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_pages_point_to_nothing_outside_the_book(chapter):
+    text = presets.get_chapter(chapter).notebook.read_text()
+    for word in ("CLAIMS.md", "DESIGN.md", "../shared", "the issue"):
+        assert word not in text, f"{chapter} mentions {word!r}; say it in the book's own words"
+
+
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke")

@@ -1,0 +1,85 @@
+"""The parts of a chapter page written from its results: verdict box, checks table, across seeds."""
+import nbformat
+
+from replicate import book_pages, scoreboard
+
+RECORD = {"chapter": "07_optimizers", "title": "07 · Optimisers", "claim": "Adam reaches the minimum.",
+          "preset": "cpu", "reproduced": False, "seed": 0, "device": "cpu (1 thread)",
+          "duration_s": 49.2, "git_commit": "abc123", "checks": [
+              {"name": "adam reaches it", "kind": "claim", "passed": True, "ours": 0.01, "paper": "yes"},
+              {"name": "sgd does not", "kind": "claim", "passed": False, "ours": 0.0, "paper": "no"},
+              {"name": "a <b> discrepancy", "kind": "report", "passed": None, "ours": {"x": 1.5},
+               "paper": 2}]}
+SEEDS = {"chapter": "07_optimizers", "preset": "cpu", "overrides": {}, "seeds": [0, 1, 2], "n": 3,
+         "robust": False, "interval": "95% Student-t interval of the mean",
+         "reproduced": {"k": 1, "n": 3},
+         "checks": [{"name": "adam reaches it", "kind": "claim", "k": 3, "n": 3,
+                     "per_seed": {"0": True, "1": True, "2": True}},
+                    {"name": "sgd does not", "kind": "claim", "k": 1, "n": 3,
+                     "per_seed": {"0": False, "1": True, "2": False}}],
+         "values": [{"check": "adam reaches it", "key": None, "n": 3, "mean": 0.02, "sd": 0.01,
+                     "ci95": [-0.005, 0.045], "per_seed": {"0": 0.01, "1": 0.02, "2": 0.03}}],
+         "runs": [], "failed": []}
+
+
+def _notebook(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 07 · Optimisers\n\n> the claim, quoted"),
+                nbformat.v4.new_code_cell("x = 1"),
+                nbformat.v4.new_markdown_cell("## Try this\n\n- something")]
+    path = tmp_path / "07_optimizers.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_checks_table_says_pass_fail_report_in_words_and_escapes_text():
+    table = book_pages.checks_table_html(RECORD["checks"])
+    assert table.count(">PASS<") == 1 and table.count(">FAIL<") == 1 and table.count(">REPORT<") == 1
+    assert "a &lt;b&gt; discrepancy" in table and "<b>" not in table
+    # Each word has its own colour.
+    assert len({book_pages.BADGE[w] for w in ("PASS", "FAIL", "REPORT")}) == 3
+
+
+def test_box_goes_right_under_the_title_and_seeds_before_try_this(tmp_path):
+    path = _notebook(tmp_path)
+    assert book_pages.refresh_chapter_page(path, RECORD, None, "judging-07_optimizers")
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[0].source == "# 07 · Optimisers"
+    assert cells[1].metadata["tags"] == ["verdict-box"]
+    assert "Verdict: not reproduced, 1/2 claim checks pass" in cells[1].source
+    assert ":class: danger verdict-box" in cells[1].source
+    assert "{ref}`judging-07_optimizers`" in cells[1].source
+    assert "rests on one seed" in cells[1].source
+    assert cells[2].source.startswith("> the claim")
+    assert cells[-2].metadata["tags"] == ["across-seeds"] and "not been run across seeds" in cells[-2].source
+    assert cells[-1].source.startswith("## Try this")
+
+
+def test_refresh_is_idempotent_and_replaces_the_old_box(tmp_path):
+    path = _notebook(tmp_path)
+    book_pages.refresh_chapter_page(path, RECORD, None)
+    first = path.read_text()
+    assert not book_pages.refresh_chapter_page(path, RECORD, None)
+    assert path.read_text() == first
+    assert book_pages.refresh_chapter_page(path, dict(RECORD, reproduced=True), SEEDS)
+    cells = nbformat.read(path, as_version=4).cells
+    assert len(cells) == len(nbformat.reads(first, as_version=4).cells)
+    assert sum("verdict-box" in c.metadata.get("tags", []) for c in cells) == 1
+    assert "Verdict: reproduced" in cells[1].source and ":class: tip" in cells[1].source
+
+
+def test_across_seeds_shows_k_of_n_failing_seeds_and_the_spread():
+    text = book_pages.across_seeds_section(RECORD, SEEDS)
+    assert "not robust: 1/3 seeds reproduce" in text
+    assert "| sgd does not | claim | 1/3 (fails for seed 0, 2) |" in text
+    assert "0.02 ± 0.01" in text and "[-0.005, 0.045]" in text
+
+
+def test_scoreboard_has_the_across_seeds_column_and_flags_mixed_commits():
+    page = scoreboard.render([RECORD, dict(RECORD, chapter="03_centroid_ntk", git_commit="def+dirty")],
+                             {"07_optimizers": SEEDS})
+    assert "| Across seeds |" in page and "not robust: 1/3 seeds reproduce" in page
+    assert "not yet run across seeds" in page
+    assert "different or uncommitted code" in page and "`def+dirty`" in page
+    clean = scoreboard.render([RECORD])
+    assert "All chapters were executed from commit `abc123`." in clean
