@@ -1,6 +1,8 @@
 """One figure style for the whole book, and the papers' colours for the data splits."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 from matplotlib.text import Annotation
 import seaborn as sns
@@ -16,7 +18,10 @@ def use_book_style() -> None:
 
 
 def caption(fig: plt.Figure, text: str) -> None:
-    """A small grey caption under the figure: which preset and seed produced it."""
+    """A small grey caption under the figure: which preset and seed produced it.
+
+    Wrapped to the figure's width, so that a long caption does not widen the figure."""
+    text = textwrap.fill(text, width=max(40, int(12.5 * fig.get_figwidth())))
     below = getattr(fig, "_legend_below", None)
     if below is None:
         fig.text(0.5, -0.02, text, ha="center", va="top", fontsize="small", color="0.35")
