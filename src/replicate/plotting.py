@@ -1,7 +1,10 @@
 """One figure style for the whole book, and the papers' colours for the data splits."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
+from matplotlib.text import Annotation
 import seaborn as sns
 
 # As in the papers' figures: train green, test orange, random blue.
@@ -15,8 +18,17 @@ def use_book_style() -> None:
 
 
 def caption(fig: plt.Figure, text: str) -> None:
-    """A small grey caption under the figure: which preset and seed produced it."""
-    fig.text(0.5, -0.02, text, ha="center", va="top", fontsize="small", color="0.35")
+    """A small grey caption under the figure: which preset and seed produced it.
+
+    Wrapped to the figure's width, so that a long caption does not widen the figure."""
+    text = textwrap.fill(text, width=max(40, int(12.5 * fig.get_figwidth())))
+    below = getattr(fig, "_legend_below", None)
+    if below is None:
+        fig.text(0.5, -0.02, text, ha="center", va="top", fontsize="small", color="0.35")
+    else:  # under the legend that `legend_below` hung beneath the panels
+        fig.add_artist(Annotation(text, xy=(0.5, 0), xycoords=below, xytext=(0, -4),
+                                  textcoords="offset points", ha="center", va="top",
+                                  fontsize="small", color="0.35"))
 
 
 def contour(ax: plt.Axes, f, xlim: tuple[float, float], ylim: tuple[float, float],
@@ -34,3 +46,28 @@ def contour(ax: plt.Axes, f, xlim: tuple[float, float], ylim: tuple[float, float
         ax.figure.colorbar(filled, ax=ax, shrink=0.8)
     ax.set_xlabel("$x_1$")
     ax.set_ylabel("$x_2$")
+
+
+def panel_grid(n: int, ncols: int = 3, width: float = 8.0, row_height: float = 2.8,
+               **subplot_kw) -> tuple[plt.Figure, list[plt.Axes]]:
+    """`n` panels, at most `ncols` to a row, in a figure `width` inches wide; unused axes hidden."""
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, row_height * nrows), squeeze=False,
+                             **subplot_kw)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def legend_below(fig: plt.Figure, axes=None, ncol: int = 3, **kwargs) -> None:
+    """One legend for the figure, under its panels (never over the data); each label once."""
+    seen: dict = {}
+    for ax in fig.axes if axes is None else axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if seen:
+        fig._legend_below = fig.legend(list(seen.values()), list(seen.keys()), loc="upper center",
+                                       bbox_to_anchor=(0.5, 0), ncol=min(ncol, len(seen)),
+                                       **kwargs)
