@@ -49,7 +49,8 @@ def checks_table_html(checks: list[dict]) -> str:
         f"<td>{html.escape(_text(c['ours']))}</td><td>{html.escape(_text(c['paper']))}</td></tr>"
         for c in checks)
     return ('<table class="verdict-checks" style="font-size:0.9em;width:100%">'
-            "<thead><tr><th>Result</th><th>Check</th><th>Ours</th><th>Paper</th></tr></thead>"
+            "<thead><tr><th>Result</th><th style=\"width:46%\">Check</th><th>Ours</th>"
+            "<th>Paper</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>")
 
 
