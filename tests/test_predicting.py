@@ -171,3 +171,22 @@ def test_lr_threshold():
     assert from_failure == {"falls": True, "best_lr": 1e-2, "worse_beyond": True, "threshold": 3e-2}
     never = lr_threshold(lrs, [None, None, None, None])
     assert never == {"falls": False, "best_lr": None, "worse_beyond": False, "threshold": None}
+
+
+# --- early stopping of a modular-arithmetic run (used by the grid) ------------------------------
+
+def test_train_modular_stops_once_generalised(one_thread):
+    from replicate.algorithmic import modular_arithmetic, train_modular
+    data = modular_arithmetic(5, "+", 0.6, seed=0)
+    kwargs = dict(embed_dim=8, hidden=16, lr=1e-2)
+    full = train_modular(data, 20, **kwargs)
+    never = train_modular(data, 20, stop_at_val_acc=2.0, **kwargs)
+    assert len(never.loss) == 20 and np.array_equal(never.loss, full.loss)
+    # a threshold reached at step 1 stops at min_steps; the curves are the full run's prefix
+    early = train_modular(data, 20, stop_at_val_acc=0.0, min_steps=7, **kwargs)
+    assert len(early.loss) == len(early.val_acc) == 7
+    assert np.array_equal(early.loss, full.loss[:7])
+    # measures are still taken at their own steps only
+    seen = train_modular(data, 20, stop_at_val_acc=0.0, min_steps=7, measure_steps=[0, 3, 15],
+                         measure=lambda t, model: {"t": t}, **kwargs)
+    assert [m["step"] for m in seen.measures] == [0, 3]
