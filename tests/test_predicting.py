@@ -3,14 +3,15 @@ import numpy as np
 import pytest
 
 from replicate.intrinsic_dimension import PowerLaw
-from replicate.predicting import (amplitude_spectrum, auroc, bootstrap_auroc, detrend, hjorth_activity,
-                                  label_run, low_frequency_activity, lr_threshold, periodogram, roc_curve,
-                                  spectral_signature, stopping_rule)
+from replicate.predicting import (amplitude_spectrum, auroc, bootstrap_auroc, detrend,
+                                  hjorth_activity, label_run, low_frequency_activity, lr_threshold,
+                                  periodogram, roc_curve, spectral_signature, stopping_rule)
 
 
 # --- the spectrum -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n, k, amp, phase", [(256, 5, 2.0, 0.0), (200, 17, 0.3, 1.1), (101, 3, 7.0, -0.4)])
+@pytest.mark.parametrize("n, k, amp, phase",
+                         [(256, 5, 2.0, 0.0), (200, 17, 0.3, 1.1), (101, 3, 7.0, -0.4)])
 def test_pure_tone_has_its_amplitude_at_its_frequency(n, k, amp, phase):
     t = np.arange(n)
     x = amp * np.sin(2 * np.pi * k * t / n + phase)
@@ -162,13 +163,17 @@ def test_stopping_rule_hand_made():
 def test_lr_threshold():
     lrs = [1e-3, 3e-3, 1e-2, 3e-2]
     falls_then_rises = lr_threshold(lrs, [4000, 1500, 600, None])
-    assert falls_then_rises == {"falls": True, "best_lr": 1e-2, "worse_beyond": True, "threshold": 3e-2}
+    assert falls_then_rises == {"falls": True, "best_lr": 1e-2, "worse_beyond": True,
+                                "threshold": 3e-2}
     only_falls = lr_threshold(lrs, [4000, 1500, 600, 300])
-    assert only_falls == {"falls": True, "best_lr": 3e-2, "worse_beyond": False, "threshold": None}
-    later = lr_threshold(lrs, [4000, 1500, 1700, 300])  # a later rise after the first minimum counts
+    assert only_falls == {"falls": True, "best_lr": 3e-2, "worse_beyond": False,
+                          "threshold": None}
+    # the first rise ends the walk, even if t4 falls again further up
+    later = lr_threshold(lrs, [4000, 1500, 1700, 300])
     assert later == {"falls": True, "best_lr": 3e-3, "worse_beyond": True, "threshold": 1e-2}
     from_failure = lr_threshold(lrs, [None, 900, 400, 500])  # not grokking, then grokking: a fall
-    assert from_failure == {"falls": True, "best_lr": 1e-2, "worse_beyond": True, "threshold": 3e-2}
+    assert from_failure == {"falls": True, "best_lr": 1e-2, "worse_beyond": True,
+                            "threshold": 3e-2}
     never = lr_threshold(lrs, [None, None, None, None])
     assert never == {"falls": False, "best_lr": None, "worse_beyond": False, "threshold": None}
 

@@ -2,8 +2,9 @@
 the ROC/AUROC of a score as a predictor of an outcome, and the t4(r) + epsilon stopping rule.
 
 Spectral conventions (N samples, one per training step, frequencies in cycles per step):
-- `amplitude_spectrum`: |X_k| / N, doubled for 0 < k < N/2, so that a tone A sin(2 pi k t / N + phi)
-  has amplitude A at frequency k / N and a constant c has amplitude c at frequency 0.
+- `amplitude_spectrum`: |X_k| / N, doubled for 0 < k < N/2, so that a tone
+  A sin(2 pi k t / N + phi) has amplitude A at frequency k / N and a constant c has amplitude c
+  at frequency 0.
 - `periodogram`: |X_k|^2 / N; for white noise of variance s^2 its expectation is s^2 at every
   frequency (a flat spectrum).
 - Hjorth's activity of a signal is its variance. `low_frequency_activity` is the activity of the
@@ -24,7 +25,8 @@ def detrend(x, degree: int = 1) -> np.ndarray:
     """`x` minus its least-squares polynomial of `degree` in the step index (0: the mean)."""
     x = np.asarray(x, dtype=float)
     if x.ndim != 1 or len(x) <= degree:
-        raise ValueError(f"need a 1-D signal longer than the degree ({degree}), got shape {x.shape}")
+        raise ValueError(f"need a 1-D signal longer than the degree ({degree}), "
+                         f"got shape {x.shape}")
     if degree < 0:
         raise ValueError(f"degree must be >= 0, got {degree}")
     t = np.linspace(-1.0, 1.0, len(x))  # well conditioned for any length
@@ -192,8 +194,8 @@ def stopping_rule(runs: Sequence[dict[str, Any]], law, epsilon: float = 1000,
     return {"runs": out, "stopped": n_stopped, "errors": errors, "unknown": unknown,
             "error_rate": errors / judged if judged else float("nan"),
             "steps_saved": sum(o["saved"] for o in out),
-            "steps_without_rule": sum(min(o["t4"], o["steps"]) if o["t4"] is not None else o["steps"]
-                                      for o in out)}
+            "steps_without_rule": sum(min(o["t4"], o["steps"]) if o["t4"] is not None
+                                      else o["steps"] for o in out)}
 
 
 def lr_threshold(lrs: Sequence[float], t4s: Sequence[int | None]) -> dict[str, Any]:
