@@ -95,9 +95,13 @@ def train_modular(data: AlgorithmicData, steps: int, seed: int = 0, lr: float = 
                   embed_dim: int = 128, hidden: int = 256, model_kind: str = "mlp",
                   clip_norm: float | None = None,
                   measure_steps: list[int] = (), measure: Callable[[int, nn.Module], dict] | None = None,
-                  desc: str = "modular arithmetic") -> ModularRun:
+                  desc: str = "modular arithmetic", stop_at_val_acc: float | None = None,
+                  min_steps: int = 0) -> ModularRun:
     """Full-batch AdamW on cross-entropy. Index t-1 of each curve is the value at step t
-    (loss and train accuracy before that step's update, validation accuracy after it)."""
+    (loss and train accuracy before that step's update, validation accuracy after it).
+
+    With `stop_at_val_acc`, training ends at the first step t >= `min_steps` by which the
+    validation accuracy has reached that value, and the curves end at step t."""
     torch.manual_seed(seed)
     model = algorithmic_model(model_kind, data.p, embed_dim, hidden)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
@@ -120,9 +124,25 @@ def train_modular(data: AlgorithmicData, steps: int, seed: int = 0, lr: float = 
             curves["grad_norm"][t - 1] = norm.item()
         return loss.item()
 
-    def evaluate(t: int) -> dict:
-        return measure(t, model) if measure is not None else {}
+    measured = set(int(s) for s in measure_steps)
+    eval_steps = list(measured)
+    if stop_at_val_acc is not None:
+        eval_steps += list(range(max(min_steps, 1), steps + 1))
+    reached = [False]
 
-    history = train_loop(step, steps, list(measure_steps), evaluate, desc=desc)
+    def evaluate(t: int) -> dict:
+        out = measure(t, model) if measure is not None and t in measured else {}
+        if stop_at_val_acc is not None and t >= 1:
+            reached[0] = reached[0] or bool((curves["val_acc"][:t] >= stop_at_val_acc).any())
+            if reached[0]:
+                out["stop"] = True
+        return out
+
+    history = train_loop(step, steps, eval_steps, evaluate, desc=desc)
+    last = history[-1]["step"] if stop_at_val_acc is not None and history else steps
+    if last < steps:
+        curves = {k: v[:last] for k, v in curves.items()}
+    if stop_at_val_acc is not None:
+        history = [h for h in history if h["step"] in measured]
     return ModularRun(**curves, measures=history if measure is not None else [],
                       state_dict={k: v.detach().clone() for k, v in model.state_dict().items()})
