@@ -1,7 +1,8 @@
 """Chapters and their presets (`smoke`, `cpu`, `paper`), with validation.
 
 Each chapter has a folder `presets/<chapter>/` holding `chapter.yaml` (title, claim, which
-parameters must be positive, which datasets it needs, e.g. `datasets: [mnist]`) and one YAML
+parameters must be positive, which datasets it needs, e.g. `datasets: [mnist]`, and
+`shape_only:`, the overrides that cut the `paper` preset down to a run of minutes) and one YAML
 file per preset. The `cpu` preset is the schema: it
 names every parameter and fixes its type, and the notebook's `parameters` cell repeats it, so a
 plain re-execution of a chapter reproduces the published book.
@@ -17,6 +18,7 @@ import yaml
 from .runtime import NOTEBOOKS_DIR, PRESETS_DIR
 
 SCHEMA_PRESET = "cpu"
+SHAPE_ONLY_BASE = "paper"
 
 
 class ConfigError(ValueError):
@@ -31,6 +33,9 @@ class Chapter:
     presets: tuple[str, ...]
     positive: tuple[str, ...] = field(default=())
     datasets: tuple[str, ...] = field(default=())  # checked by the CLI before a run starts
+    # Overrides on top of `paper` that keep its models, data sizes and measurement settings but
+    # cut step counts, repetitions and snapshots to a handful (`run --shape-only`).
+    shape_only: tuple[tuple[str, Any], ...] = field(default=())
 
     @property
     def notebook(self) -> Path:
@@ -54,7 +59,8 @@ def chapters() -> dict[str, Chapter]:
         presets = tuple(sorted(p.stem for p in folder.glob("*.yaml") if p.stem != "chapter"))
         found[folder.name] = Chapter(name=folder.name, title=meta["title"], claim=meta["claim"],
                                      presets=presets, positive=tuple(meta.get("positive", ())),
-                                     datasets=tuple(meta.get("datasets", ())))
+                                     datasets=tuple(meta.get("datasets", ())),
+                                     shape_only=tuple((meta.get("shape_only") or {}).items()))
     return found
 
 
@@ -166,3 +172,15 @@ def from_notebook(chapter: str, preset: str, namespace: dict[str, Any]) -> tuple
     overrides = {name: namespace[name] for name in schema if namespace[name] != schema[name]}
     overrides = {k: v for k, v in validate(chapter, overrides).items() if v != chosen.get(k)}
     return resolve(chapter, preset, overrides), overrides
+
+
+def shape_only(chapter: str) -> dict[str, Any]:
+    """The `shape_only` overrides of a chapter (applied on top of the `paper` preset), validated."""
+    ch = get_chapter(chapter)
+    if not ch.shape_only:
+        raise ConfigError(f"chapter {chapter} has no shape_only overrides in its chapter.yaml")
+    if SHAPE_ONLY_BASE not in ch.presets:
+        raise ConfigError(f"chapter {chapter} has shape_only overrides but no {SHAPE_ONLY_BASE} preset")
+    overrides = validate(chapter, dict(ch.shape_only))
+    resolve(chapter, SHAPE_ONLY_BASE, overrides)  # the cut-down paper preset must itself be valid
+    return overrides
