@@ -221,6 +221,54 @@ def intrinsic_dimension() -> list[dict]:
             row("TwoNN, 2,000 x 256", median_seconds(lambda: twonn_dimension(x)), "s")]
 
 
+@benchmark
+def sweep_overhead() -> list[dict]:
+    """Four equal chapter-07 smoke executions (iterations 200-203, so that no run comes from the
+    run cache) one after another as `run` does them, then as a Ray sweep with 1 slot and with 2
+    slots, one thread per task throughout. Ray's overhead per task = (1-slot sweep - one after
+    another) / 4: it includes starting and stopping the local Ray."""
+    import os
+    import tempfile
+
+    from . import presets
+    from .cli import run_chapter
+    from .sweep import Task, run_sweep
+
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
+    chapter = presets.get_chapter("07_optimizers")
+    values = [200, 201, 202, 203]
+    tasks = [Task(chapter.name, "smoke", (("iterations", v), ("seed", 0))) for v in values]
+    load = os.getloadavg()[0]
+
+    def fresh_cache(folder):
+        os.environ["REPLICATE_CACHE_DIR"] = str(Path(folder) / "cache")
+
+    with tempfile.TemporaryDirectory(prefix="replicate-bench-sweep-") as scratch:
+        fresh_cache(Path(scratch) / "sequential")
+        started = time.perf_counter()
+        for task in tasks:
+            ok, message = run_chapter(chapter, "smoke", task.params, Path(scratch) / "seq", Path(scratch) / "seq")
+            if not ok:
+                raise RuntimeError(message)
+        sequential = time.perf_counter() - started
+        walls = {}
+        for slots in (1, 2):
+            fresh_cache(Path(scratch) / f"ray{slots}")
+            outcome = run_sweep(tasks, Path(scratch) / f"sweeps{slots}", workers=slots, quiet=True,
+                                threads=1, retries=0)
+            if outcome["failed"]:
+                raise RuntimeError(outcome["failed"][0]["error"])
+            walls[slots] = outcome["wall_s"]
+    overhead = (walls[1] - sequential) / len(tasks)
+    ratio = walls[2] / sequential
+    note = f"(load average {load:.1f} on {os.cpu_count()} cores at the start)"
+    return [row(f"four chapter-07 smoke runs one after another {note}", sequential, "s"),
+            row("Ray overhead per task (1-slot sweep - one after another) / 4", overhead, "s",
+                target="<= 5 s", met=overhead <= 5),
+            row("2-slot Ray sweep of the four / one after another", ratio, "x", higher_is_better=False,
+                target="<= 0.65x", met=ratio <= 0.65)]
+
+
 def _run_in_child(name: str) -> list[dict]:
     result = subprocess.run([sys.executable, "-m", "replicate.bench", "--one", name], cwd=PROJECT_ROOT,
                             capture_output=True, text=True)

@@ -72,8 +72,12 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
         out = staging / f"{ch.name}.ipynb"
         # The kernel inherits this process's environment: the verdict goes to the staging
         # folder, and tqdm stays quiet (its bars would be saved into the published notebook).
-        saved_env = {k: os.environ.get(k) for k in ("REPLICATE_RESULTS_DIR", "TQDM_DISABLE")}
+        # REPLICATE_OVERRIDES names the parameters set on purpose, so that one set to its cpu
+        # value still overrides another preset's (e.g. `--preset paper -p n_per_class 500`).
+        saved_env = {k: os.environ.get(k) for k in ("REPLICATE_RESULTS_DIR", "TQDM_DISABLE",
+                                                     presets.OVERRIDES_ENV)}
         os.environ.update(REPLICATE_RESULTS_DIR=str(staging / "results"), TQDM_DISABLE="1")
+        os.environ[presets.OVERRIDES_ENV] = json.dumps(sorted(overrides))
         started = time.perf_counter()
         try:
             pm.execute_notebook(str(ch.notebook), str(out), parameters={"preset": preset, **overrides},

@@ -9,6 +9,8 @@ plain re-execution of a chapter reproduces the published book.
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from .runtime import NOTEBOOKS_DIR, PRESETS_DIR
 
 SCHEMA_PRESET = "cpu"
 SHAPE_ONLY_BASE = "paper"
+OVERRIDES_ENV = "REPLICATE_OVERRIDES"  # JSON list of parameter names the CLI set on purpose
 
 
 class ConfigError(ValueError):
@@ -163,13 +166,17 @@ def from_notebook(chapter: str, preset: str, namespace: dict[str, Any]) -> tuple
     The `parameters` cell holds the cpu values. A variable still equal to its cpu value takes
     the chosen preset's value; any other value is an override. So `papermill -p preset smoke`
     runs the smoke preset, and `-p preset smoke -p steps 500` the smoke preset with 500 steps.
+    A name listed in $REPLICATE_OVERRIDES (set by the CLI) is an override even at its cpu value.
     """
     schema = load_preset(chapter, SCHEMA_PRESET)
     chosen = load_preset(chapter, preset)
     missing = [name for name in schema if name not in namespace]
     if missing:
         raise ConfigError(f"the notebook's parameters cell lacks {', '.join(missing)}")
-    overrides = {name: namespace[name] for name in schema if namespace[name] != schema[name]}
+    # Names the CLI passed on purpose count even when equal to their cpu value.
+    explicit = set(json.loads(os.environ.get(OVERRIDES_ENV) or "[]"))
+    overrides = {name: namespace[name] for name in schema
+                 if namespace[name] != schema[name] or name in explicit}
     overrides = {k: v for k, v in validate(chapter, overrides).items() if v != chosen.get(k)}
     return resolve(chapter, preset, overrides), overrides
 

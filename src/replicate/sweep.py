@@ -204,6 +204,8 @@ def execute(task: Task, sweeps_dir: str, threads: int, sweep_id: str) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     started = time.perf_counter()
+    # The chapter's staging folder goes inside the hidden one too: a killed task leaves no litter.
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(work)
     try:
         ok, message = cli.run_chapter(presets.get_chapter(task.chapter), task.preset, task.params,
                                       claims_dir=work, results_dir=work)
@@ -224,6 +226,7 @@ def execute(task: Task, sweeps_dir: str, threads: int, sweep_id: str) -> dict:
         (final.parent / f"{task.run_id}.failed.json").unlink(missing_ok=True)
         return {"ok": True, "error": None, "duration_s": seconds}
     finally:
+        tempfile.tempdir = saved_tempdir
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -262,7 +265,8 @@ def default_workers() -> int:
 
 
 def run_sweep(tasks: list[Task], sweeps_dir: Path | str = SWEEPS_DIR, workers: int | None = None,
-              address: str | None = None, retries: int = RETRIES, quiet: bool = False) -> dict:
+              address: str | None = None, retries: int = RETRIES, quiet: bool = False,
+              threads: int | None = None) -> dict:
     """Run `tasks` on Ray; returns {"done": [...], "failed": [...], "cancelled": bool, ...}.
 
     Ctrl-C cancels every task, kills their kernels, removes their half-written folders, shuts
@@ -294,10 +298,10 @@ def run_sweep(tasks: list[Task], sweeps_dir: Path | str = SWEEPS_DIR, workers: i
     try:
         resources = ray.cluster_resources()
         if address:  # a cluster: each task asks for the threads one chapter uses
-            threads = THREADS_PER_CHAPTER
+            threads = threads or THREADS_PER_CHAPTER
             workers = workers or max(1, int(resources.get("CPU", 1)) // threads)
         else:  # this machine: its cores shared among the slots
-            threads = max(1, (os.cpu_count() or 1) // workers)
+            threads = threads or max(1, (os.cpu_count() or 1) // workers)
         gpus = 1 if resources.get("GPU", 0) >= 1 else 0
         remote = ray.remote(execute).options(num_cpus=1 if not address else threads, num_gpus=gpus,
                                              max_retries=0)
