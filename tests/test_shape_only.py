@@ -4,7 +4,7 @@ at `paper` with its step counts, repetitions and snapshots cut to a handful (`ru
 The models, data sizes and measurement settings stay the paper's (the transformer on mod 97,
 width 196 without biases, PGD on 10,000 points, the full-size XOR, ...), so a broken paper
 configuration fails here in minutes rather than on a GPU after hours. All chapters together take
-about 6-8 minutes on 2 busy cores with one thread.
+about 4 minutes on 2 busy cores with one thread.
 """
 import json
 import os

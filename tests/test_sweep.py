@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from replicate import presets, sweep
-from replicate.runtime import BOOK_DIR, PROJECT_ROOT
+from replicate.runtime import PROJECT_ROOT
 
 
 def cli(*args, timeout=300, env=None):
