@@ -267,7 +267,7 @@ def default_workers() -> int:
 def run_sweep(tasks: list[Task], sweeps_dir: Path | str = SWEEPS_DIR, workers: int | None = None,
               address: str | None = None, retries: int = RETRIES, quiet: bool = False,
               threads: int | None = None) -> dict:
-    """Run `tasks` on Ray; returns {"done": [...], "failed": [...], "cancelled": bool, ...}.
+    """Run `tasks` on Ray; returns {"done": [...], "failed": [...], "wall_s": ..., ...}.
 
     Ctrl-C cancels every task, kills their kernels, removes their half-written folders, shuts
     Ray down and re-raises KeyboardInterrupt.
@@ -275,7 +275,7 @@ def run_sweep(tasks: list[Task], sweeps_dir: Path | str = SWEEPS_DIR, workers: i
     import ray
     from tqdm.auto import tqdm
 
-    sweeps_dir = Path(sweeps_dir)
+    sweeps_dir = Path(sweeps_dir).resolve()  # workers need not share our working directory
     sweep_id = uuid.uuid4().hex[:12]
     if workers is not None and workers < 1:
         raise presets.ConfigError("--workers must be at least 1")
