@@ -187,6 +187,7 @@ def test_aggregate_collects_the_published_run_and_the_matching_sweep_runs(tmp_pa
     assert agg["seeds"] == [0, 1, 2] and agg["n"] == 3 and agg["overrides"] == {}
     assert [r["seed"] for r in agg["runs"]] == [0, 1, 2]
     assert agg["runs"][0]["source"].endswith("results/07_optimizers.json")
+    assert agg["published"]["included"] is True and agg["published"]["seed"] == 0
     assert agg["failed"] == [{"seed": 6, "overrides": {"seed": 6},
                               "error": "07_optimizers failed in code cell 5"}]
     # a sweep's own run of seed 0 replaces the published one: counted once
@@ -194,10 +195,12 @@ def test_aggregate_collects_the_published_run_and_the_matching_sweep_runs(tmp_pa
         record(0, [False, True], 3.0, preset="cpu", params=cpu))
     agg = sweep.aggregate("07_optimizers", "cpu", results_dir=results, sweeps_dir=sweeps)
     assert agg["n"] == 3 and "sweeps" in agg["runs"][0]["source"]
+    assert agg["published"]["included"] is False and "replaced" in agg["published"]["why"]
     assert next(v for v in agg["values"] if v["check"] == "a")["per_seed"]["0"] == 3.0
     # the other parameter value is its own group
     other = sweep.aggregate("07_optimizers", "cpu", {"iterations": 10}, results, sweeps)
     assert other["seeds"] == [3] and other["overrides"] == {"iterations": 10}
+    assert other["published"]["included"] is False  # said, not dropped silently
     path = sweep.write_seeds("07_optimizers", "cpu", results_dir=results, sweeps_dir=sweeps)
     assert path == results / "07_optimizers.seeds.json"
     assert sweep.load_seeds("07_optimizers", results)["n"] == 3

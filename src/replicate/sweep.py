@@ -412,14 +412,22 @@ def collect_runs(chapter: str, preset: str = "cpu", overrides: dict | None = Non
     if published.exists():
         record = json.loads(published.read_text())
         if matches(record):
-            runs[int(record.get("seed", 0))] = {"record": record, "source": _relative(published)}
+            runs[int(record.get("seed", 0))] = {"record": record, "source": _relative(published),
+                                                "published": True}
+        else:  # say why it is left out rather than dropping it silently
+            runs[-1] = {"left_out": {"source": _relative(published), "preset": record.get("preset"),
+                                     "why": "another preset or other parameters than this group"}}
     folder = sweeps_dir / chapter
     for path in sorted(folder.glob(f"*/{chapter}.json")) if folder.is_dir() else []:
         if path.parent.name.startswith("."):
             continue
         record = json.loads(path.read_text())
         if matches(record):
-            runs[int(record.get("seed", 0))] = {"record": record, "source": _relative(path)}
+            seed = int(record.get("seed", 0))
+            if runs.get(seed, {}).get("published"):  # the sweep's own run of that seed counts
+                runs[-1] = {"left_out": {"source": runs[seed]["source"], "preset": preset,
+                                         "why": f"replaced by the sweep's run of seed {seed}"}}
+            runs[seed] = {"record": record, "source": _relative(path)}
     failed = []
     for path in sorted(folder.glob("*.failed.json")) if folder.is_dir() else []:
         record = json.loads(path.read_text())
@@ -434,6 +442,16 @@ def collect_runs(chapter: str, preset: str = "cpu", overrides: dict | None = Non
             failed.append({"seed": record.get("seed"), "overrides": record.get("overrides", {}),
                            "error": record.get("error")})
     return dict(sorted(runs.items())), failed
+
+
+def _published_note(runs: dict[int, dict]) -> dict | None:
+    left_out = runs.pop(-1, None)
+    if left_out:
+        return {**left_out["left_out"], "included": False}
+    for seed, run in runs.items():
+        if run.get("published"):
+            return {"source": run["source"], "seed": seed, "included": True}
+    return None
 
 
 def _is_number(value: Any) -> bool:
@@ -508,12 +526,13 @@ def aggregate(chapter: str, preset: str = "cpu", overrides: dict | None = None,
         raise presets.ConfigError("aggregate over seeds: do not fix the seed")
     overrides = {k: v for k, v in overrides.items() if values.get(k) != v}
     runs, failed = collect_runs(chapter, preset, overrides, results_dir, sweeps_dir)
+    published = _published_note(runs)
     body = aggregate_records({seed: run["record"] for seed, run in runs.items()})
     return {"chapter": chapter, "preset": preset, "overrides": overrides, **body,
             "runs": [{"seed": seed, "source": run["source"],
                       "reproduced": bool(run["record"].get("reproduced")),
                       "duration_s": run["record"].get("duration_s")} for seed, run in runs.items()],
-            "failed": failed}
+            "failed": failed, "published": published}
 
 
 def seeds_path(chapter: str, preset: str, overrides: dict, results_dir: Path | str | None = None,
