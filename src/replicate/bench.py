@@ -221,6 +221,63 @@ def intrinsic_dimension() -> list[dict]:
             row("TwoNN, 2,000 x 256", median_seconds(lambda: twonn_dimension(x)), "s")]
 
 
+@benchmark
+def sweep_overhead() -> list[dict]:
+    """Four equal chapter-07 smoke executions (iterations 200-203, so that none comes from the
+    run cache), one thread each: one after another as `run` does them (before and after the
+    sweeps, averaged, as the machine's load drifts), as a Ray sweep with 1 slot and with 2 slots.
+    Ray's overhead per task = (1-slot sweep's wall time - the time its tasks spent executing
+    their chapter) / 4: starting and stopping the local Ray, scheduling, worker start-up."""
+    import os
+    import tempfile
+
+    from . import presets
+    from .cli import run_chapter
+    from .sweep import Task, run_sweep
+
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
+    chapter = presets.get_chapter("07_optimizers")
+    tasks = [Task(chapter.name, "smoke", (("iterations", v), ("seed", 0))) for v in (200, 201, 202, 203)]
+    loads = [os.getloadavg()[0]]
+
+    with tempfile.TemporaryDirectory(prefix="replicate-bench-sweep-") as scratch:
+        def fresh(name):
+            os.environ["REPLICATE_CACHE_DIR"] = str(Path(scratch) / name / "cache")
+            return Path(scratch) / name
+
+        def one_after_another(name):
+            folder = fresh(name)
+            started = time.perf_counter()
+            for task in tasks:
+                ok, message = run_chapter(chapter, "smoke", task.params, folder, folder)
+                if not ok:
+                    raise RuntimeError(message)
+            return time.perf_counter() - started
+
+        def swept(slots):
+            outcome = run_sweep(tasks, fresh(f"ray{slots}"), workers=slots, quiet=True, threads=1,
+                                retries=0)
+            if outcome["failed"]:
+                raise RuntimeError(outcome["failed"][0]["error"])
+            return outcome["wall_s"], sum(d["duration_s"] for d in outcome["done"])
+
+        before = one_after_another("before")
+        wall1, executing1 = swept(1)
+        wall2, _ = swept(2)
+        after = one_after_another("after")
+    loads.append(os.getloadavg()[0])
+    sequential = (before + after) / 2
+    overhead = (wall1 - executing1) / len(tasks)
+    ratio = wall2 / sequential
+    note = f"load average {loads[0]:.1f} then {loads[1]:.1f} on {os.cpu_count()} cores"
+    return [row(f"four chapter-07 smoke runs one after another ({note})", sequential, "s"),
+            row("Ray overhead per task (1-slot sweep, outside the chapters' execution)", overhead, "s",
+                target="<= 5 s", met=overhead <= 5),
+            row("1-slot Ray sweep of the four / one after another", wall1 / sequential, "x"),
+            row("2-slot Ray sweep of the four / one after another", ratio, "x", higher_is_better=False,
+                target="<= 0.65x", met=ratio <= 0.65)]
+
+
 def _run_in_child(name: str) -> list[dict]:
     result = subprocess.run([sys.executable, "-m", "replicate.bench", "--one", name], cwd=PROJECT_ROOT,
                             capture_output=True, text=True)

@@ -2,6 +2,8 @@
 
     python -m replicate list
     python -m replicate run 07_optimizers --preset cpu -p iterations 5000
+    python -m replicate run 05_slingshot_hessian --preset paper --shape-only
+    python -m replicate sweep 07_optimizers --seeds 0-4 -p check_lr 1e-2,1e-1
     python -m replicate build
     python -m replicate validate 07_optimizers
     python -m replicate bench
@@ -27,6 +29,8 @@ from .runtime import BOOK_DIR, PACKAGE_DIR, PROJECT_ROOT
 
 SANITIZE_FILE = PACKAGE_DIR / "nbval_sanitize.cfg"
 JUDGING_DIR = BOOK_DIR / "judging"
+DEFAULT_CLAIMS = str(BOOK_DIR / "claims")
+DEFAULT_RESULTS = str(BOOK_DIR / "results")
 
 
 def _fail(message: str) -> int:
@@ -69,8 +73,12 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
         out = staging / f"{ch.name}.ipynb"
         # The kernel inherits this process's environment: the verdict goes to the staging
         # folder, and tqdm stays quiet (its bars would be saved into the published notebook).
-        saved_env = {k: os.environ.get(k) for k in ("REPLICATE_RESULTS_DIR", "TQDM_DISABLE")}
+        # REPLICATE_OVERRIDES names the parameters set on purpose, so that one set to its cpu
+        # value still overrides another preset's (e.g. `--preset paper -p n_per_class 500`).
+        saved_env = {k: os.environ.get(k) for k in ("REPLICATE_RESULTS_DIR", "TQDM_DISABLE",
+                                                     presets.OVERRIDES_ENV)}
         os.environ.update(REPLICATE_RESULTS_DIR=str(staging / "results"), TQDM_DISABLE="1")
+        os.environ[presets.OVERRIDES_ENV] = json.dumps(sorted(overrides))
         started = time.perf_counter()
         try:
             pm.execute_notebook(str(ch.notebook), str(out), parameters={"preset": preset, **overrides},
@@ -115,18 +123,12 @@ def cmd_run(args) -> int:
     # Everything is checked before the first chapter starts.
     chosen = _select(args.chapters)
     overrides = _parse_overrides(args.param or [])
+    preset = args.preset or ("paper" if args.shape_only else "cpu")
+    per_chapter = {ch.name: overrides for ch in chosen}
+    if args.shape_only:
+        preset, per_chapter, scratch = _shape_only_setup(args, chosen, preset, overrides)
     for ch in chosen:
-        if not ch.notebook.exists():
-            raise presets.ConfigError(f"chapter {ch.name} has no notebook at {ch.notebook}")
-        presets.load_preset(ch.name, args.preset)
-        presets.validate(ch.name, overrides)
-        if "mnist" in ch.datasets:
-            from .data import require_mnist
-
-            try:
-                require_mnist()
-            except FileNotFoundError as err:
-                raise presets.ConfigError(f"chapter {ch.name} needs MNIST. {err}") from None
+        check_ready(ch, preset, per_chapter[ch.name])
     from .runtime import git_commit
 
     commit = git_commit()
@@ -135,16 +137,54 @@ def cmd_run(args) -> int:
               "Publish chapters from a clean commit.", file=sys.stderr)
     failures = 0
     for ch in chosen:
-        print(f"running {ch.name} at preset {args.preset}" +
+        overrides = per_chapter[ch.name]
+        print(f"running {ch.name} at preset {preset}" +
               (f" with {overrides}" if overrides else ""), flush=True)
-        ok, message = run_chapter(ch, args.preset, overrides, Path(args.claims_dir), Path(args.results_dir))
+        ok, message = run_chapter(ch, preset, overrides, Path(args.claims_dir), Path(args.results_dir))
         if ok:
             print(message)
         else:
             failures += 1
             print(f"error: {message}\n       the published {Path(args.claims_dir) / ch.notebook.name} "
                   f"and its verdict were left unchanged", file=sys.stderr)
+    if args.shape_only:
+        print(f"shape-only runs (paper preset cut down) written to {scratch}")
     return 1 if failures else 0
+
+
+def check_ready(ch: presets.Chapter, preset: str, overrides: dict) -> None:
+    """Everything a run needs, checked before anything executes: notebook, preset, parameters, data."""
+    if not ch.notebook.exists():
+        raise presets.ConfigError(f"chapter {ch.name} has no notebook at {ch.notebook}")
+    presets.load_preset(ch.name, preset)
+    presets.validate(ch.name, overrides)
+    if "mnist" in ch.datasets:
+        from .data import require_mnist
+
+        try:
+            require_mnist()
+        except FileNotFoundError as err:
+            raise presets.ConfigError(f"chapter {ch.name} needs MNIST. {err}") from None
+
+
+def _shape_only_setup(args, chosen, preset, overrides):
+    """`run --shape-only`: the paper preset with each chapter's shape_only overrides (then -p on
+    top), executed into a scratch folder unless --claims-dir names one: never the published book."""
+    if preset != presets.SHAPE_ONLY_BASE:
+        raise presets.ConfigError(f"--shape-only cuts down the {presets.SHAPE_ONLY_BASE} preset; "
+                                  f"got --preset {preset}")
+    per_chapter = {ch.name: {**presets.shape_only(ch.name), **overrides} for ch in chosen}
+    if args.claims_dir == DEFAULT_CLAIMS:
+        args.claims_dir = tempfile.mkdtemp(prefix="replicate-shape-only-")
+    if args.results_dir == DEFAULT_RESULTS:
+        args.results_dir = str(Path(args.claims_dir) / "results")
+    return preset, per_chapter, args.claims_dir
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import main_sweep
+
+    return main_sweep(args)
 
 
 def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> int:
@@ -222,12 +262,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="execute chapters into book/claims (all chapters if none named)")
     run.add_argument("chapters", nargs="*", metavar="CHAPTER")
-    run.add_argument("--preset", default="cpu", help="smoke, cpu (default) or paper")
+    run.add_argument("--preset", default=None, help="smoke, cpu (default) or paper")
     run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                      help="override one parameter, e.g. -p iterations 5000 (repeatable)")
-    run.add_argument("--claims-dir", default=str(BOOK_DIR / "claims"), help=argparse.SUPPRESS)
-    run.add_argument("--results-dir", default=str(BOOK_DIR / "results"), help=argparse.SUPPRESS)
+    run.add_argument("--shape-only", action="store_true",
+                     help="the paper preset with step counts and repetitions cut to a handful: proves "
+                          "the paper configuration runs, in minutes (results go to a scratch folder)")
+    run.add_argument("--claims-dir", default=DEFAULT_CLAIMS, help=argparse.SUPPRESS)
+    run.add_argument("--results-dir", default=DEFAULT_RESULTS, help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
+
+    sweep = sub.add_parser("sweep", help="run chapters over seeds and parameter values as Ray tasks, "
+                                         "then aggregate across seeds")
+    sweep.add_argument("chapters", nargs="+", metavar="CHAPTER")
+    sweep.add_argument("--seeds", default="0-2", help="e.g. 0-4, or 0,3,7 (default 0-2)")
+    sweep.add_argument("--preset", default="cpu", help="smoke, cpu (default) or paper")
+    sweep.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUES"),
+                       help="one parameter's values, comma-separated, e.g. -p lr 1e-3,1e-2 (repeatable)")
+    sweep.add_argument("--workers", type=int, default=None,
+                       help="task slots (default: the cores / the threads one chapter uses)")
+    sweep.add_argument("--address", default=None,
+                       help="join an existing Ray cluster (e.g. auto, or HOST:6379) instead of a local one")
+    sweep.add_argument("--aggregate-only", action="store_true",
+                       help="run nothing: rewrite the seeds files from the runs already on disk")
+    sweep.add_argument("--sweeps-dir", default=str(BOOK_DIR / "sweeps"), help=argparse.SUPPRESS)
+    sweep.add_argument("--results-dir", default=DEFAULT_RESULTS, help=argparse.SUPPRESS)
+    sweep.set_defaults(func=cmd_sweep)
 
     build = sub.add_parser("build", help="build the HTML book from the executed chapters")
     build.add_argument("--results-dir", default=str(BOOK_DIR / "results"), help=argparse.SUPPRESS)

@@ -1,13 +1,16 @@
 """Chapters and their presets (`smoke`, `cpu`, `paper`), with validation.
 
 Each chapter has a folder `presets/<chapter>/` holding `chapter.yaml` (title, claim, which
-parameters must be positive, which datasets it needs, e.g. `datasets: [mnist]`) and one YAML
+parameters must be positive, which datasets it needs, e.g. `datasets: [mnist]`, and
+`shape_only:`, the overrides that cut the `paper` preset down to a run of minutes) and one YAML
 file per preset. The `cpu` preset is the schema: it
 names every parameter and fixes its type, and the notebook's `parameters` cell repeats it, so a
 plain re-execution of a chapter reproduces the published book.
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,8 @@ import yaml
 from .runtime import NOTEBOOKS_DIR, PRESETS_DIR
 
 SCHEMA_PRESET = "cpu"
+SHAPE_ONLY_BASE = "paper"
+OVERRIDES_ENV = "REPLICATE_OVERRIDES"  # JSON list of parameter names the CLI set on purpose
 
 
 class ConfigError(ValueError):
@@ -31,6 +36,9 @@ class Chapter:
     presets: tuple[str, ...]
     positive: tuple[str, ...] = field(default=())
     datasets: tuple[str, ...] = field(default=())  # checked by the CLI before a run starts
+    # Overrides on top of `paper` that keep its models, data sizes and measurement settings but
+    # cut step counts, repetitions and snapshots to a handful (`run --shape-only`).
+    shape_only: tuple[tuple[str, Any], ...] = field(default=())
 
     @property
     def notebook(self) -> Path:
@@ -54,7 +62,8 @@ def chapters() -> dict[str, Chapter]:
         presets = tuple(sorted(p.stem for p in folder.glob("*.yaml") if p.stem != "chapter"))
         found[folder.name] = Chapter(name=folder.name, title=meta["title"], claim=meta["claim"],
                                      presets=presets, positive=tuple(meta.get("positive", ())),
-                                     datasets=tuple(meta.get("datasets", ())))
+                                     datasets=tuple(meta.get("datasets", ())),
+                                     shape_only=tuple((meta.get("shape_only") or {}).items()))
     return found
 
 
@@ -157,12 +166,28 @@ def from_notebook(chapter: str, preset: str, namespace: dict[str, Any]) -> tuple
     The `parameters` cell holds the cpu values. A variable still equal to its cpu value takes
     the chosen preset's value; any other value is an override. So `papermill -p preset smoke`
     runs the smoke preset, and `-p preset smoke -p steps 500` the smoke preset with 500 steps.
+    A name listed in $REPLICATE_OVERRIDES (set by the CLI) is an override even at its cpu value.
     """
     schema = load_preset(chapter, SCHEMA_PRESET)
     chosen = load_preset(chapter, preset)
     missing = [name for name in schema if name not in namespace]
     if missing:
         raise ConfigError(f"the notebook's parameters cell lacks {', '.join(missing)}")
-    overrides = {name: namespace[name] for name in schema if namespace[name] != schema[name]}
+    # Names the CLI passed on purpose count even when equal to their cpu value.
+    explicit = set(json.loads(os.environ.get(OVERRIDES_ENV) or "[]"))
+    overrides = {name: namespace[name] for name in schema
+                 if namespace[name] != schema[name] or name in explicit}
     overrides = {k: v for k, v in validate(chapter, overrides).items() if v != chosen.get(k)}
     return resolve(chapter, preset, overrides), overrides
+
+
+def shape_only(chapter: str) -> dict[str, Any]:
+    """The `shape_only` overrides of a chapter (applied on top of the `paper` preset), validated."""
+    ch = get_chapter(chapter)
+    if not ch.shape_only:
+        raise ConfigError(f"chapter {chapter} has no shape_only overrides in its chapter.yaml")
+    if SHAPE_ONLY_BASE not in ch.presets:
+        raise ConfigError(f"chapter {chapter} has shape_only overrides but no {SHAPE_ONLY_BASE} preset")
+    overrides = validate(chapter, dict(ch.shape_only))
+    resolve(chapter, SHAPE_ONLY_BASE, overrides)  # the cut-down paper preset must itself be valid
+    return overrides

@@ -1,0 +1,65 @@
+"""The paper presets are proven to run: every chapter with a `shape_only` key executes every cell
+at `paper` with its step counts, repetitions and snapshots cut to a handful (`run --shape-only`).
+
+The models, data sizes and measurement settings stay the paper's (the transformer on mod 97,
+width 196 without biases, PGD on 10,000 points, the full-size XOR, ...), so a broken paper
+configuration fails here in minutes rather than on a GPU after hours. All chapters together take
+about 4 minutes on 2 busy cores with one thread.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from replicate import presets
+from replicate.runtime import PROJECT_ROOT
+
+SHAPED = [name for name, ch in presets.chapters().items() if ch.shape_only]
+
+
+def test_every_chapter_has_a_valid_shape_only_key():
+    assert SHAPED == list(presets.chapters())
+    for name in SHAPED:
+        overrides = presets.shape_only(name)
+        paper = presets.load_preset(name, "paper")
+        assert overrides and set(overrides) <= set(paper)
+        # only cuts: no value above the paper's, no list longer than the paper's
+        for key, value in overrides.items():
+            cut = value if isinstance(value, list) else [value]
+            full = paper[key] if isinstance(paper[key], list) else [paper[key]]
+            assert len(cut) <= len(full) and max(cut) <= max(full), (name, key)
+
+
+def test_a_parameter_set_on_purpose_to_its_cpu_value_still_overrides(monkeypatch):
+    # 03's shape-only run asks for 500 digits per class (the cpu value) on top of paper's 512.
+    namespace = dict(presets.load_preset("03_centroid_ntk", "cpu"))
+    params, overrides = presets.from_notebook("03_centroid_ntk", "paper", namespace)
+    assert params["n_per_class"] == 512 and overrides == {}
+    monkeypatch.setenv(presets.OVERRIDES_ENV, '["n_per_class", "steps"]')
+    params, overrides = presets.from_notebook("03_centroid_ntk", "paper", namespace)
+    assert params["n_per_class"] == 500 and overrides == {"n_per_class": 500}  # steps: paper's too
+
+
+def test_shape_only_never_touches_the_published_book(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "replicate", "run", "07_optimizers", "--preset", "cpu",
+                             "--shape-only"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "cuts down the paper preset" in result.stderr
+
+
+@pytest.mark.parametrize("chapter", SHAPED)
+def test_paper_preset_runs_shape_only(chapter, tmp_path):
+    env = dict(os.environ, TQDM_DISABLE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               REPLICATE_CACHE_DIR=str(tmp_path / "cache"))
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "replicate", "run", chapter, "--preset", "paper",
+                             "--shape-only", "--claims-dir", str(tmp_path)],
+                            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = json.loads((tmp_path / "results" / f"{chapter}.json").read_text())
+    assert record["preset"].startswith("paper + ") and record["checks"]
+    nb = json.loads((tmp_path / f"{chapter}.ipynb").read_text())
+    assert not nb["metadata"]["papermill"].get("exception")
+    print(f"{chapter} at paper --shape-only: {time.perf_counter() - started:.0f} s")

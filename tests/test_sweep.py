@@ -1,0 +1,274 @@
+"""Sweeps: the cross product and its validation, aggregation against hand-computed numbers, a
+failing task that does not stop the others, and Ctrl-C leaving no kernel and no half-written run.
+
+The Ray tests run the CLI in a subprocess (a local Ray with 2 slots) on chapter 07 at smoke.
+"""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replicate import presets, sweep
+from replicate.runtime import PROJECT_ROOT
+
+
+def cli(*args, timeout=300, env=None):
+    env = dict(env or os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
+    return subprocess.run([sys.executable, "-m", "replicate", *args], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, timeout=timeout, env=env)
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize("text, seeds", [("0-4", [0, 1, 2, 3, 4]), ("0,3,7", [0, 3, 7]), ("2", [2]),
+                                         ("5-6,1", [1, 5, 6]), ("1,1", [1])])
+def test_parse_seeds(text, seeds):
+    assert sweep.parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["a", "4-2", "1,,2", "-1"])
+def test_parse_seeds_rejects_bad_input(text):
+    with pytest.raises(presets.ConfigError):
+        sweep.parse_seeds(text)
+
+
+def test_values_split_at_top_level_commas_only():
+    assert sweep.split_values("1e-3,1e-2") == ["1e-3", "1e-2"]
+    assert sweep.split_values("[1.0, 2.0],[3.0, 4.0, 5.0]") == ["[1.0, 2.0]", "[3.0, 4.0, 5.0]"]
+
+
+def test_run_ids_are_deterministic_and_put_the_seed_first():
+    assert sweep.run_id("cpu", {"seed": 1}) == "cpu-seed1"
+    assert sweep.run_id("cpu", {"lr": 0.01, "seed": 1}) == "cpu-seed1-lr0.01"
+    assert sweep.run_id("cpu", {"seed": 1, "lr": 0.01}) == sweep.run_id("cpu", {"lr": 0.01, "seed": 1})
+    assert sweep.run_id("smoke", {"seed": 0, "start": [1.0, -2.0]}) == "smoke-seed0-start1.0_-2.0"
+    assert sweep.group_id("cpu", {"lr": 0.01, "seed": 3}) == "cpu-lr0.01"
+
+
+# ---------------------------------------------------------------------- the cross product
+
+
+def test_cross_product_is_chapter_x_values_x_seeds():
+    tasks = sweep.cross_product(["07_optimizers", "03_centroid_ntk"], [0, 1, 2], "smoke")
+    assert len(tasks) == 6 and {t.chapter for t in tasks} == {"07_optimizers", "03_centroid_ntk"}
+    assert sorted(t.run_id for t in tasks if t.chapter == "03_centroid_ntk") == \
+        ["smoke-seed0", "smoke-seed1", "smoke-seed2"]
+    tasks = sweep.cross_product(["07_optimizers"], [0, 1, 2], "smoke",
+                                {"check_lr": [0.01, 0.1], "iterations": [100, 150]})
+    assert len(tasks) == 12 and len({t.run_id for t in tasks}) == 12
+    # 0.01 is the smoke preset's own value: not an override, not in the run id
+    assert {t.params.get("check_lr") for t in tasks} == {None, 0.1}
+    assert "smoke-seed2-check_lr0.1-iterations150" in {t.run_id for t in tasks}
+    assert "smoke-seed2-iterations150" in {t.run_id for t in tasks}
+    assert {t.seed for t in tasks} == {0, 1, 2}
+    assert all(isinstance(t.params["iterations"], int) for t in tasks)
+
+
+@pytest.mark.parametrize("chapters, seeds, preset, params, expected", [
+    (["no_such_chapter"], [0], "smoke", {}, "valid chapters"),
+    (["07_optimizers"], [0], "nope", {}, "valid presets"),
+    (["07_optimizers"], [0], "smoke", {"no_such": [1]}, "valid parameters"),
+    (["07_optimizers"], [0], "smoke", {"iterations": [100, "lots"]}, "must be of type int"),
+    (["07_optimizers"], [0], "smoke", {"iterations": [100, -3]}, "must be positive"),
+    (["07_optimizers"], [0], "smoke", {"seed": [1]}, "--seeds"),
+    (["07_optimizers"], [], "smoke", {}, "no seeds"),
+    (["07_optimizers"], [0], "smoke", {"iterations": [100, 100]}, "same run twice"),
+    # a parameter one of the chapters lacks
+    (["07_optimizers", "03_centroid_ntk"], [0], "smoke", {"iterations": [100]}, "03_centroid_ntk"),
+])
+def test_cross_product_validates_everything_first(chapters, seeds, preset, params, expected):
+    with pytest.raises(presets.ConfigError, match=expected):
+        sweep.cross_product(chapters, seeds, preset, params)
+
+
+def test_bad_sweep_fails_fast_from_the_command_line(tmp_path):
+    started = time.perf_counter()
+    result = cli("sweep", "07_optimizers", "--preset", "smoke", "-p", "iterations", "100,-1",
+                 "--sweeps-dir", str(tmp_path / "sweeps"), "--results-dir", str(tmp_path / "results"))
+    assert time.perf_counter() - started < 10
+    assert result.returncode == 2 and "must be positive" in result.stderr
+    assert not (tmp_path / "sweeps").exists() and not (tmp_path / "results").exists()
+
+
+def test_sweep_needs_mnist_before_anything_starts(tmp_path):
+    env = dict(os.environ, REPLICATE_DATA_DIR=str(tmp_path))
+    result = cli("sweep", "03_centroid_ntk", "--preset", "smoke", "--sweeps-dir", str(tmp_path / "s"),
+                 env=env)
+    assert result.returncode == 2 and "needs MNIST" in result.stderr
+    assert not (tmp_path / "s").exists()
+
+
+# ------------------------------------------------------------------------------ aggregation
+
+
+def record(seed, passes, value, extra=None, preset="cpu", params=None, reproduced=None):
+    checks = [{"name": "a", "kind": "claim", "passed": passes[0], "ours": value, "paper": "x"},
+              {"name": "b", "kind": "claim", "passed": passes[1], "ours": {"low": value * 2, "tag": "t"},
+               "paper": "x"},
+              {"name": "r", "kind": "report", "passed": None, "ours": [1, 2], "paper": "x"}]
+    if extra:
+        checks.append({"name": extra, "kind": "claim", "passed": True, "ours": "s", "paper": "x"})
+    return {"chapter": "07_optimizers", "preset": preset, "seed": seed, "checks": checks,
+            "reproduced": all(passes) if reproduced is None else reproduced, "duration_s": 10.0 + seed,
+            "params": params or {"seed": seed}}
+
+
+def test_aggregation_numbers_against_a_hand_made_example():
+    # Values 1, 2, 4: mean 7/3; sample variance ((4/3)^2 + (1/3)^2 + (5/3)^2) / 2 = 7/3;
+    # t(0.975, 2 d.f.) = 4.302653; half-width 4.302653 * sqrt(7/3) / sqrt(3) = 3.794583.
+    records = {0: record(0, [True, True], 1.0), 1: record(1, [True, False], 2.0),
+               2: record(2, [False, True], 4.0, extra="at step 1234")}
+    agg = sweep.aggregate_records(records)
+    assert agg["seeds"] == [0, 1, 2] and agg["n"] == 3
+    assert agg["reproduced"] == {"k": 1, "n": 3}
+    a = next(c for c in agg["checks"] if c["name"] == "a")
+    assert (a["k"], a["n"], a["per_seed"]) == (2, 3, {"0": True, "1": True, "2": False})
+    r = next(c for c in agg["checks"] if c["name"] == "r")
+    assert r["kind"] == "report" and r["k"] is None
+    value = next(v for v in agg["values"] if v["check"] == "a")
+    assert value["key"] is None and value["n"] == 3
+    assert value["mean"] == pytest.approx(7 / 3, rel=1e-5)
+    assert value["sd"] == pytest.approx(math.sqrt(7 / 3), rel=1e-5)
+    assert value["ci95"] == pytest.approx([7 / 3 - 3.794583, 7 / 3 + 3.794583], rel=1e-5)
+    assert value["per_seed"] == {"0": 1.0, "1": 2.0, "2": 4.0}
+    # dict-valued ours: one entry per numeric key; lists and strings are skipped
+    keyed = [v for v in agg["values"] if v["check"] == "b"]
+    assert [v["key"] for v in keyed] == ["low"] and keyed[0]["mean"] == pytest.approx(14 / 3, rel=1e-5)
+    assert not [v for v in agg["values"] if v["check"] in ("r", "at step 1234")]
+    # a check only one seed has is reported, and counts as not passing in the others
+    assert agg["unmatched"] == [{"name": "at step 1234", "seeds": [2]}]
+    odd = next(c for c in agg["checks"] if c["name"] == "at step 1234")
+    assert (odd["k"], odd["n"]) == (1, 3)
+    assert agg["robust"] is False  # 2/3 < 80%
+    assert agg["interval"].startswith("95% Student-t")
+
+
+def test_robust_means_every_claim_check_in_at_least_80_percent_of_seeds():
+    four_of_five = {s: record(s, [s != 3, True], 1.0 + s) for s in range(5)}
+    assert sweep.aggregate_records(four_of_five)["robust"] is True
+    three_of_five = {s: record(s, [s not in (3, 4), True], 1.0 + s) for s in range(5)}
+    assert sweep.aggregate_records(three_of_five)["robust"] is False
+    assert sweep.aggregate_records({0: record(0, [True, True], 1.0)})["robust"] is None
+
+
+def test_aggregate_collects_the_published_run_and_the_matching_sweep_runs(tmp_path):
+    cpu = presets.resolve("07_optimizers", "cpu")
+    results, sweeps = tmp_path / "results", tmp_path / "sweeps"
+
+    def put(path, rec):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+
+    put(results / "07_optimizers.json", record(0, [True, True], 1.0, params=cpu))
+    put(sweeps / "07_optimizers" / "cpu-seed1" / "07_optimizers.json",
+        record(1, [True, True], 2.0, preset="cpu + seed=1", params={**cpu, "seed": 1}))
+    put(sweeps / "07_optimizers" / "cpu-seed2" / "07_optimizers.json",
+        record(2, [True, False], 4.0, preset="cpu + seed=2", params={**cpu, "seed": 2}))
+    # other parameters, another preset, a half-written folder: none of them enter
+    put(sweeps / "07_optimizers" / "cpu-seed3-iterations10" / "07_optimizers.json",
+        record(3, [False, False], 9.0, preset="cpu + seed=3, iterations=10",
+               params={**cpu, "seed": 3, "iterations": 10}))
+    put(sweeps / "07_optimizers" / "smoke-seed4" / "07_optimizers.json",
+        record(4, [False, False], 9.0, preset="smoke + seed=4",
+               params={**presets.resolve("07_optimizers", "smoke"), "seed": 4}))
+    put(sweeps / "07_optimizers" / ".cpu-seed5.incoming-abc" / "07_optimizers.json",
+        record(5, [False, False], 9.0, preset="cpu + seed=5", params={**cpu, "seed": 5}))
+    put(sweeps / "07_optimizers" / "cpu-seed6.failed.json",
+        {"chapter": "07_optimizers", "preset": "cpu", "overrides": {"seed": 6}, "seed": 6,
+         "error": "07_optimizers failed in code cell 5"})
+    agg = sweep.aggregate("07_optimizers", "cpu", results_dir=results, sweeps_dir=sweeps)
+    assert agg["seeds"] == [0, 1, 2] and agg["n"] == 3 and agg["overrides"] == {}
+    assert [r["seed"] for r in agg["runs"]] == [0, 1, 2]
+    assert agg["runs"][0]["source"].endswith("results/07_optimizers.json")
+    assert agg["published"]["included"] is True and agg["published"]["seed"] == 0
+    assert agg["failed"] == [{"seed": 6, "overrides": {"seed": 6},
+                              "error": "07_optimizers failed in code cell 5"}]
+    # a sweep's own run of seed 0 replaces the published one: counted once
+    put(sweeps / "07_optimizers" / "cpu-seed0" / "07_optimizers.json",
+        record(0, [False, True], 3.0, preset="cpu", params=cpu))
+    agg = sweep.aggregate("07_optimizers", "cpu", results_dir=results, sweeps_dir=sweeps)
+    assert agg["n"] == 3 and "sweeps" in agg["runs"][0]["source"]
+    assert agg["published"]["included"] is False and "replaced" in agg["published"]["why"]
+    assert next(v for v in agg["values"] if v["check"] == "a")["per_seed"]["0"] == 3.0
+    # the other parameter value is its own group
+    other = sweep.aggregate("07_optimizers", "cpu", {"iterations": 10}, results, sweeps)
+    assert other["seeds"] == [3] and other["overrides"] == {"iterations": 10}
+    assert other["published"]["included"] is False  # said, not dropped silently
+    path = sweep.write_seeds("07_optimizers", "cpu", results_dir=results, sweeps_dir=sweeps)
+    assert path == results / "07_optimizers.seeds.json"
+    assert sweep.load_seeds("07_optimizers", results)["n"] == 3
+    assert sweep.load_seeds("03_centroid_ntk", results) is None
+
+
+# ------------------------------------------------------------------------------- with Ray
+
+
+def test_a_failing_task_is_retried_reported_and_does_not_stop_the_others(tmp_path):
+    sweeps, results = tmp_path / "sweeps", tmp_path / "results"
+    # Rosenbrock needs an even number of coordinates: the second value fails at run time.
+    result = cli("sweep", "07_optimizers", "--seeds", "0", "--preset", "smoke", "--workers", "2",
+                 "-p", "rosenbrock_start", "[-2.0, 2.0],[1.0, 2.0, 3.0]",
+                 "--sweeps-dir", str(sweeps), "--results-dir", str(results))
+    assert result.returncode == 1, result.stdout + result.stderr
+    bad = "smoke-seed0-rosenbrock_start1.0_2.0_3.0"
+    assert f"{bad} failed after 2 attempts" in result.stderr
+    assert "failed in code cell" in result.stderr and "even number of coordinates" in result.stderr
+    folder = sweeps / "07_optimizers"
+    good = folder / "smoke-seed0"  # the preset's own start: no override in the id
+    assert (good / "07_optimizers.ipynb").exists() and (good / "07_optimizers.json").exists()
+    task = json.loads((good / "task.json").read_text())
+    assert task["threads"] == max(1, (os.cpu_count() or 1) // 2)
+    assert not (folder / bad).exists() and (folder / f"{bad}.failed.json").exists()
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]
+    seeds = json.loads((results / "07_optimizers.seeds.json").read_text())
+    assert seeds["preset"] == "smoke" and seeds["seeds"] == [0]
+    grouped = json.loads((folder / "smoke-rosenbrock_start1.0_2.0_3.0.seeds.json").read_text())
+    assert grouped["n"] == 0 and grouped["failed"][0]["seed"] == 0
+
+
+def _marked(sweep_id):
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"{sweep.MARKER}={sweep_id}".encode() in \
+                    (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_ctrl_c_cancels_cleanly(tmp_path):
+    sweeps = tmp_path / "sweeps"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "replicate", "sweep", "07_optimizers", "--seeds", "0-3",
+                             "--preset", "smoke", "-p", "iterations", "2000000", "--workers", "2",
+                             "--sweeps-dir", str(sweeps), "--results-dir", str(tmp_path / "results")],
+                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    folder = sweeps / "07_optimizers"
+    try:
+        sweep_id, deadline = None, time.time() + 120
+        while time.time() < deadline and not (sweep_id and _marked(sweep_id)):
+            incoming = list(folder.glob(".*.incoming-*")) if folder.exists() else []
+            sweep_id = incoming[0].name.rsplit("-", 1)[1] if incoming else None
+            time.sleep(0.2)
+        assert sweep_id and _marked(sweep_id), "no task's kernel started within 2 minutes"
+        time.sleep(1.0)  # the kernel is executing cells
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    time.sleep(0.5)
+    assert _marked(sweep_id) == [], "a kernel of the cancelled sweep is still running"
+    assert list(folder.iterdir()) == [], "the cancelled sweep left a (half-written) run folder"
