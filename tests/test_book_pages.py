@@ -75,6 +75,19 @@ def test_across_seeds_shows_k_of_n_failing_seeds_and_the_spread():
     assert "0.02 ± 0.01" in text and "[-0.005, 0.045]" in text
 
 
+def test_across_seeds_says_when_the_seed_changes_nothing_and_names_unmatched_checks():
+    same = dict(SEEDS, values=[dict(SEEDS["values"][0], sd=0.0, ci95=[0.02, 0.02])],
+                unmatched=[{"name": "lr 0.3 check", "seeds": [0, 2]}],
+                failed=[{"seed": 4, "overrides": {}, "error": "cell 3 failed"}])
+    text = book_pages.across_seeds_section(RECORD, same)
+    assert "nothing this chapter computes depends on the seed" in text
+    assert "lr 0.3 check (seeds 0, 2)" in text and "seed 4 (cell 3 failed)" in text
+    assert "nothing this chapter" not in book_pages.across_seeds_section(RECORD, SEEDS)
+    one = dict(SEEDS, n=1, seeds=[0], robust=None, reproduced={"k": 1, "n": 1},
+               values=[dict(SEEDS["values"][0], n=1, sd=None, ci95=None)])
+    assert "too few seeds to say" in book_pages.across_seeds_section(RECORD, one)
+
+
 def test_scoreboard_has_the_across_seeds_column_and_flags_mixed_commits():
     page = scoreboard.render([RECORD, dict(RECORD, chapter="03_centroid_ntk", git_commit="def+dirty")],
                              {"07_optimizers": SEEDS})

@@ -64,7 +64,7 @@ def seeds_summary(seeds: dict | None) -> str:
     if not seeds:
         return "not yet run across seeds"
     k, n = seeds["reproduced"]["k"], seeds["reproduced"]["n"]
-    word = "robust" if seeds["robust"] else "not robust"
+    word = {True: "robust", False: "not robust", None: "too few seeds to say"}[seeds["robust"]]
     return f"{word}: {k}/{n} seeds reproduce the whole claim"
 
 
@@ -111,7 +111,7 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
         failed = [s for s, ok in c.get("per_seed", {}).items() if ok is False]
         if failed:
             k += f" (fails for seed {', '.join(failed)})"
-        spread = values.get(c["name"], [])
+        spread = [v for v in values.get(c["name"], []) if v.get("sd") is not None]
         mean = "; ".join(f"{(v['key'] + ': ') if v.get('key') else ''}{v['mean']:.3g} ± {v['sd']:.2g}"
                          for v in spread)
         interval = "; ".join(f"[{v['ci95'][0]:.3g}, {v['ci95'][1]:.3g}]" for v in spread
@@ -119,11 +119,18 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
         cell = c["name"].replace("|", "\\|")
         lines.append(f"| {cell} | {c['kind']} | {k} | {mean or '—'} | {interval or '—'} |")
     for f in seeds.get("failed", []):
-        lines += ["", f"A run failed and counts as not reproduced: seed {f.get('seed')} "
-                      f"({f.get('error', 'no message')})."]
+        lines += ["", f"A run failed to execute and is not among the seeds above: seed "
+                      f"{f.get('seed')} ({f.get('error') or 'no message'})."]
     if seeds.get("unmatched"):
-        lines += ["", "Checks whose names differ between seeds (not aggregated): "
-                  + "; ".join(seeds["unmatched"]) + "."]
+        lines += ["", "Checks missing from some seeds (their names carry a number that moves "
+                  "with the seed; a missing check counts as failed there): "
+                  + "; ".join(f"{u['name']} (seeds {', '.join(map(str, u['seeds']))})"
+                              for u in seeds["unmatched"]) + "."]
+    spreads = [v["sd"] for v in seeds.get("values", []) if v.get("sd") is not None]
+    if seeds["n"] > 1 and spreads and not any(spreads):
+        lines += ["", "Every seed gave exactly the same numbers: nothing this chapter computes "
+                      "depends on the seed, so agreement across seeds says nothing about "
+                      "robustness here."]
     return "\n".join(lines)
 
 
