@@ -172,6 +172,9 @@ def test_forward_estimator_is_unbiased_in_value_and_gradient():
     assert torch.allclose(many, exact, rtol=0.03)
     one = jac.frobenius_sq_forward(model, x, projections=1, generator=gen)
     assert not torch.allclose(one, exact, rtol=1e-3)  # a single probe is a noisy draw
+    # probes of each point drawn in a random subspace (rank 3 of 6) are unbiased as well
+    sub = jac.frobenius_sq_forward(model, x, projections=20000, generator=gen, rank=3)
+    assert torch.allclose(sub, exact, rtol=0.03)
     # the gradient of the mean over many probes approaches the exact gradient
     exact_grad = _grads(model, _reference_penalty_sq(model, x).sum())
     est_grad = _grads(model, jac.frobenius_sq_forward(model, x, projections=20000, generator=gen).sum())
