@@ -115,3 +115,82 @@ def test_xor_data():
 def test_first_step():
     assert ga.first_step([0, 10, 20], [0.1, 0.9, 0.95], 0.9) == 10
     assert ga.first_step([0, 10], [0.1, 0.2], 0.9) is None
+
+
+def test_objectives_are_the_task_loss_plus_lambda_times_the_penalty():
+    torch.manual_seed(0)
+    model = MLP(5, 6, 3, 3).double()
+    x, y = _points(6), torch.tensor([0, 1, 2, 0, 1, 2])
+    fit, loss = ga.objective(model, x, y, "ce", 0.3, 4, 2, torch.Generator().manual_seed(7), "input", 3)
+    assert torch.allclose(fit, nn.functional.cross_entropy(model(x), y))
+    q, z = jacobian.subspace_probes(2, 4, 3, 5, torch.Generator().manual_seed(7), like=x)
+    _, ju = jacobian.forward_with_jvp(model, x[:4], q, mix=z)
+    expected = fit + 0.3 * (jacobian.frobenius_sq_from_jvp(ju) + 1e-12).sqrt().mean()
+    assert torch.allclose(loss, expected, atol=1e-12)
+    # the output-side estimator gives the reference's value for the same random signs
+    _, out_loss = ga.objective(model, x, y, "ce", 0.3, 4, 1, torch.Generator().manual_seed(7), "output")
+    _, ref_loss = ga.objective(model, x, y, "ce", 0.3, 4, 1, torch.Generator().manual_seed(7), "vjp")
+    assert torch.allclose(out_loss, ref_loss, atol=1e-12)
+    # lambda 0: the plain loss, whatever the estimator
+    fit0, loss0 = ga.objective(model, x, y, "ce", 0.0, 4, 2, torch.Generator(), "input")
+    assert loss0 is fit0
+
+
+def test_forward_and_reference_objectives_agree_on_average():
+    # Both estimate the same ||J||_F^2; with many probes the penalties agree.
+    torch.manual_seed(0)
+    model = MLP(5, 6, 3, 3).double()
+    x, y = _points(6), torch.tensor([0, 1, 2, 0, 1, 2])
+    exact = jacobian.frobenius_norm_exact(model, x).mean()
+    for est in ("input", "output", "vjp"):
+        fit, loss = ga.objective(model, x, y, "mse", 1.0, 0, 4000, torch.Generator().manual_seed(1), est)
+        assert abs((loss - fit).item() - exact.item()) < 0.03 * exact.item()
+
+
+def test_bad_estimator_and_loss_are_refused_before_training():
+    import pytest
+
+    params = {k: 1 for k in ga.MNIST_KEYS} | {"estimator": "magic"}
+    with pytest.raises(ValueError, match="estimator"):
+        ga.mnist_config(params, 0.1, "mse", 0)
+    with pytest.raises(ValueError, match="loss"):
+        ga.mnist_config({**params, "estimator": "output"}, 0.1, "hinge", 0)
+
+
+def test_output_estimator_training_shrinks_the_jacobian():
+    data = _tiny_data()
+    fast = {"lr": 1e-2, "init_scale": 4.0}
+    plain = ga.train_mnist({**_tiny_mnist_config(0.0), **fast}, data=data)
+    reg = ga.train_mnist({**_tiny_mnist_config(1.0), **fast, "estimator": "output"}, data=data)
+    assert reg["steps"] == plain["steps"] == 12
+    # the regulariser does its job: a smaller Jacobian than weight decay alone
+    assert reg["jacobian_norm"][-1] < plain["jacobian_norm"][-1]
+
+
+def test_speedup_is_a_ratio_of_measured_steps_or_a_lower_bound():
+    crossed = lambda t: {"reached": True, "steps_to_threshold": t, "steps": t}  # noqa: E731
+    missed = lambda cap: {"reached": False, "steps_to_threshold": None, "steps": cap}  # noqa: E731
+    assert ga.speedup(crossed(9000), crossed(3000)) == (3.0, "")
+    assert ga.speedup(missed(12000), crossed(3000)) == (4.0, "lower")
+    # GrokAlign stopped without crossing after the baseline's count: at most 1x
+    assert ga.speedup(crossed(9000), missed(9000)) == (1.0, "upper")
+    assert ga.speedup(crossed(9000), missed(4000)) == (None, "")
+    assert ga.speedup(missed(9000), missed(9000)) == (None, "")
+
+
+def test_update_costs_times_every_variant(one_thread):
+    config = dict(n_train=64, seed=0, width=8, depth=3, bias=True, init_scale=1.0, lr=1e-3,
+                  weight_decay=0.01, batch_size=16, loss="mse", projections=1, reg_points=16)
+    variants = {"plain": {"lam": 0.0}, "fwd": {"lam": 0.1, "estimator": "input"}}
+    costs = ga.update_costs(config, variants, repeats=3, warmup=1)
+    assert set(costs) == {"plain", "fwd"} and all(c > 0 for c in costs.values())
+
+
+def test_xor_penalty_is_the_exact_jacobian_norm():
+    # the XOR network has a scalar output: its penalty is the exact mean ||J||_F (no estimate)
+    torch.manual_seed(0)
+    model = MLP(20, 8, 2, 1, bias=False).double()
+    x, _ = ga.xor_data(30, 20, 0.05, torch.Generator().manual_seed(1))
+    x = x.double()
+    _, sq = jacobian.forward_with_vjp_norm(model, x, torch.ones(30, 1, dtype=torch.float64))
+    assert torch.allclose(sq.sqrt().mean(), jacobian.frobenius_norm_exact(model, x).mean(), atol=1e-12)

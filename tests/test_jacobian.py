@@ -1,4 +1,5 @@
 """Input Jacobians, centroids and the Frobenius-norm estimator against dense autograd answers."""
+import pytest
 import torch
 from torch import nn
 
@@ -79,3 +80,150 @@ def test_penalty_is_exact_for_a_scalar_output():
     model, x = _tiny(out_dim=1), _points(5)
     expected = jac.frobenius_norm_exact(model, x).mean()
     assert torch.allclose(jac.grokalign_penalty(model, x, eps=0.0), expected, atol=1e-10)
+
+
+# The forward (masked linear pass) estimator against independent references.
+
+
+def _torch_func():
+    import warnings
+
+    with warnings.catch_warnings():  # importing torch.func warns about torch.jit.script
+        warnings.simplefilter("ignore", FutureWarning)
+        import torch.func
+    return torch.func
+
+
+def _reference_penalty_sq(model, x):
+    """The exact ||J||_F^2 per point by the reference route: output basis vectors, vector-Jacobian
+    products with create_graph (a double backward), differentiable in the parameters."""
+    k = model(x[:1]).shape[1]
+    total = 0.0
+    for i in range(k):
+        v = torch.zeros(len(x), k, dtype=x.dtype)
+        v[:, i] = 1
+        _, jtv = jac._vjp(model, x, v, create_graph=True)
+        total = total + jtv.pow(2).sum(1)
+    return total
+
+
+def _grads(model, value):
+    return torch.autograd.grad(value, list(model.parameters()), allow_unused=True)
+
+
+def _same_grads(a, b, atol=1e-10):
+    for ga, gb in zip(a, b):
+        if ga is None or gb is None:
+            assert (ga is None or torch.all(ga == 0)) and (gb is None or torch.all(gb == 0))
+        else:
+            assert torch.allclose(ga, gb, atol=atol)
+
+
+def test_forward_pass_gives_the_network_output_and_jacobian_vector_products():
+    for bias in (True, False):
+        model, x = _tiny(out_dim=3, bias=bias), _points(5)
+        u = torch.randn(4, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        out, ju = jac.forward_with_jvp(model, x, u)
+        assert torch.allclose(out, model(x), atol=1e-12)
+        dense = _dense_jacobians(model, x)  # (n, k, d)
+        assert torch.allclose(ju, torch.einsum("nkd,md->mnk", dense, u), atol=1e-12)
+        # only the first `points` points get the products
+        assert jac.forward_with_jvp(model, x, u, points=2)[1].shape == (4, 2, 3)
+
+
+def test_forward_estimator_with_a_full_basis_is_exact_in_value_and_gradient():
+    # probes = sqrt(d) e_j (E[u u^T] = I over a uniform j): the estimate is exactly ||J||_F^2, and
+    # both its value and its parameter gradients equal the double-backward reference.
+    for bias in (True, False):
+        model, x = _tiny(out_dim=3, bias=bias), _points(5)
+        probes = 6 ** 0.5 * torch.eye(6, dtype=torch.float64)
+        ours = jac.frobenius_sq_from_jvp(jac.forward_with_jvp(model, x, probes)[1])
+        ref = _reference_penalty_sq(model, x)
+        assert torch.allclose(ours, ref, atol=1e-10)
+        assert torch.allclose(ours, jac.frobenius_norm_exact(model, x) ** 2, atol=1e-10)
+        _same_grads(_grads(model, ours.sqrt().mean()), _grads(model, ref.sqrt().mean()))
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script:FutureWarning")
+def test_forward_estimator_matches_torch_func_jvp_for_a_fixed_probe():
+    # ||J u||^2 for one fixed probe, value and parameter gradients, against forward-mode AD
+    functional_call, jvp = _torch_func().functional_call, _torch_func().jvp
+    for bias in (True, False):
+        model, x = _tiny(out_dim=3, bias=bias), _points(5)
+        u = torch.randn(1, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        ours = jac.forward_with_jvp(model, x, u)[1][0].pow(2).sum()
+        params = dict(model.named_parameters())
+
+        def ref_value(p):
+            f = lambda inp: functional_call(model, p, (inp,))  # noqa: E731
+            return jvp(f, (x,), (u.expand_as(x),))[1].pow(2).sum()
+        ref = ref_value(params)
+        assert torch.allclose(ours, ref, atol=1e-10)
+        _same_grads(_grads(model, ours), _grads(model, ref))
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script:FutureWarning")
+def test_forward_estimator_is_unbiased_in_value_and_gradient():
+    jacrev = _torch_func().jacrev
+    model, x = _tiny(out_dim=4, bias=True), _points(3)
+    exact = torch.stack([jacrev(model)(xi).pow(2).sum() for xi in x])  # independent exact answer
+    gen = torch.Generator().manual_seed(0)
+    many = jac.frobenius_sq_forward(model, x, projections=20000, generator=gen)
+    assert torch.allclose(many, exact, rtol=0.03)
+    one = jac.frobenius_sq_forward(model, x, projections=1, generator=gen)
+    assert not torch.allclose(one, exact, rtol=1e-3)  # a single probe is a noisy draw
+    # probes of each point drawn in a random subspace (rank 3 of 6) are unbiased as well
+    sub = jac.frobenius_sq_forward(model, x, projections=20000, generator=gen, rank=3)
+    assert torch.allclose(sub, exact, rtol=0.03)
+    # the gradient of the mean over many probes approaches the exact gradient
+    exact_grad = _grads(model, _reference_penalty_sq(model, x).sum())
+    est_grad = _grads(model, jac.frobenius_sq_forward(model, x, projections=20000, generator=gen).sum())
+    for ge, gx in zip(est_grad, exact_grad):
+        if gx is not None and ge is not None:
+            assert (ge - gx).norm() <= 0.05 * gx.norm() + 1e-9
+
+
+def test_forward_estimator_refuses_a_non_relu_network():
+    model = MLP(6, 5, 3, 2, activation="gelu").double()
+    with pytest.raises(TypeError):
+        jac.frobenius_sq_forward(model, _points(2))
+
+
+# The output-side estimator without a double backward: the reference's estimate, exactly.
+
+
+def test_output_estimator_equals_the_double_backward_reference_value_and_gradient():
+    for bias in (True, False):
+        for n in (3, 9):  # fewer points than hidden units (direct product) and more (Gram matrix)
+            model, x = _tiny(out_dim=3, bias=bias), _points(n)
+            v = 2 * torch.randint(0, 2, (n, 3), generator=torch.Generator().manual_seed(n)).double() - 1
+            out, ours = jac.forward_with_vjp_norm(model, x, v)
+            assert torch.allclose(out, model(x), atol=1e-12)
+            _, jtv = jac._vjp(model, x, v, create_graph=True)  # the reference: double backward
+            ref = jtv.pow(2).sum(1)
+            assert torch.allclose(ours, ref, atol=1e-10)
+            _same_grads(_grads(model, ours.sqrt().mean()), _grads(model, ref.sqrt().mean()))
+
+
+def test_output_estimator_matches_the_reference_penalty_draw_for_draw():
+    # same generator state -> the same random signs -> the same penalty as grokalign_penalty
+    model, x = _tiny(out_dim=4, bias=False), _points(7)
+    ref = jac.grokalign_penalty(model, x, 1, torch.Generator().manual_seed(3))
+    v = jac.output_probes(7, 4, torch.Generator().manual_seed(3), like=x)
+    ours = (jac.forward_with_vjp_norm(model, x, v)[1] + 1e-12).sqrt().mean()
+    assert torch.allclose(ours, ref, atol=1e-12)
+    _same_grads(_grads(model, ours), _grads(model, ref))
+
+
+def test_output_estimator_is_unbiased_and_exact_for_a_scalar_output():
+    model, x = _tiny(out_dim=4, bias=True), _points(3)
+    exact = jac.frobenius_norm_exact(model, x) ** 2
+    gen = torch.Generator().manual_seed(0)
+    draws = [jac.forward_with_vjp_norm(model, x, jac.output_probes(3, 4, gen, like=x))[1]
+             for _ in range(4000)]
+    assert torch.allclose(torch.stack(draws).mean(0), exact, rtol=0.03)
+    assert not torch.allclose(draws[0], exact, rtol=1e-3)
+    scalar = _tiny(out_dim=1, bias=False)
+    v = jac.output_probes(3, 1, gen, like=x)
+    assert torch.allclose(jac.forward_with_vjp_norm(scalar, x, v)[1],
+                          jac.frobenius_norm_exact(scalar, x) ** 2, atol=1e-10)

@@ -37,6 +37,46 @@ def regularised_loss(model: nn.Module, x: torch.Tensor, task_loss: torch.Tensor,
     return task_loss + lam * jacobian.grokalign_penalty(model, points, projections, generator)
 
 
+ESTIMATORS = ("output", "input", "vjp")
+
+
+def objective(model: nn.Module, x: torch.Tensor, y: torch.Tensor, kind: str, lam: float, reg_points: int,
+              projections: int, generator: torch.Generator, estimator: str = "output",
+              rank: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(task loss, task loss + lam * GrokAlign penalty) for one batch, the penalty on the first
+    `reg_points` points of the batch (all if <= 0). Three estimators of ||J||_F^2, all unbiased;
+    the penalty is the mean of its square root, as in the paper's code.
+
+    - "output": random signs v on the k outputs (Hutchinson), ||J^T v||^2 computed by a linear pass
+      down the narrow layers and the first layer's Gram matrix (`jacobian.forward_with_vjp_norm`):
+      the reference's estimate, value and gradient, with one ordinary backward. ReLU MLPs only.
+    - "input": `projections` random-sign probes per point in input space, in a random subspace of
+      dimension `rank` (rank 1: shared by the batch), pushed through the masked linear network
+      (`jacobian.forward_with_jvp`): the cheapest, but its gradient is much noisier.
+    - "vjp": the reference, random signs on the outputs and a double backward through the input
+      gradient (`jacobian.grokalign_penalty`); any differentiable network.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    if lam == 0 or estimator == "vjp":
+        fit = task_loss(model(x), y, kind)
+        return fit, regularised_loss(model, x, fit, lam, reg_points, projections, generator)
+    points = min(reg_points, len(x)) if reg_points > 0 else len(x)
+    if estimator == "input":
+        q, z = jacobian.subspace_probes(projections, points, rank, x[0].numel(), generator, like=x)
+        out, ju = jacobian.forward_with_jvp(model, x, q, points, mix=z)
+        sq = jacobian.frobenius_sq_from_jvp(ju)
+    else:
+        k = model.layers[-1].out_features
+        sq = 0.0
+        for _ in range(projections):
+            v = jacobian.output_probes(points, k, generator, like=x)
+            out, one = jacobian.forward_with_vjp_norm(model, x, v, points)
+            sq = sq + one / projections
+    fit = task_loss(out, y, kind)
+    return fit, fit + lam * (sq + 1e-12).sqrt().mean()
+
+
 # ----------------------------------------------------------------------------------------------
 # MNIST
 
@@ -61,7 +101,7 @@ def train_mnist(config: dict, data=None) -> dict:
     """One MNIST run; stops when held-out accuracy first exceeds `threshold` (checked every
     `eval_every` updates) or after `max_steps` updates. `config` keys: n_train, width, depth, bias,
     init_scale, lr, weight_decay, batch_size, loss, lam, reg_points, projections, max_steps,
-    eval_every, threshold, jacobian_points, seed."""
+    eval_every, threshold, jacobian_points, seed, and optionally estimator ("vjp" if absent)."""
     dev = device()
     train_x, train_y, test_x, test_y = (t.to(dev) for t in (data or mnist_data(config["n_train"], config["seed"])))
     torch.manual_seed(config["seed"])
@@ -86,9 +126,9 @@ def train_mnist(config: dict, data=None) -> dict:
             order = torch.randperm(n, generator=batches)
         idx = order[k * bs:(k + 1) * bs].to(dev)
         x = train_x[idx]
-        fit = task_loss(model(x), train_y[idx], config["loss"])
-        loss = regularised_loss(model, x, fit, config["lam"], config["reg_points"],
-                                config["projections"], projections)
+        fit, loss = objective(model, x, train_y[idx], config["loss"], config["lam"], config["reg_points"],
+                              config["projections"], projections, config.get("estimator", "vjp"),
+                              config.get("probe_rank", 1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -127,31 +167,44 @@ def run_mnist(**config) -> dict:
     return cached_run("04_grokalign_mnist", key, lambda: train_mnist(config))
 
 
-def step_cost(config: dict, lam: float, repeats: int = 60) -> float:
-    """Seconds per update for a given lambda: the fastest of `repeats` timed updates, after a
-    warm-up. The minimum, not the mean, because on a shared machine every disturbance only adds
-    time; it measures the regulariser's own cost directly rather than from whole runs."""
+def update_costs(config: dict, variants: dict[str, dict], repeats: int = 60, warmup: int = 10,
+                 statistic: str = "median") -> dict[str, float]:
+    """Seconds per update of several kinds of update, timed *interleaved* in one process: each
+    round times one update of every variant in turn (each on its own copy of the same model), so
+    that whatever else the machine is doing weighs on all of them alike. `variants` maps a name to
+    overrides of `config` (lam, reg_points, projections, estimator). Returns the median seconds
+    per variant (after `warmup` untimed rounds), or with statistic="min" the fastest update of
+    each kind, the closest to its cost on an idle core (load only ever adds time)."""
     dev = device()
     x, y, _, _ = mnist_data(config["n_train"], config["seed"])
-    torch.manual_seed(config["seed"])
-    model = MLP(784, config["width"], config["depth"], 10, bias=config["bias"],
-                init_scale=config["init_scale"]).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
-    gen = torch.Generator().manual_seed(0)
     xb, yb = x[:config["batch_size"]].to(dev), y[:config["batch_size"]].to(dev)
-    times = []
-    for i in range(repeats + 10):
-        start = time.perf_counter()
-        loss = regularised_loss(model, xb, task_loss(model(xb), yb, config["loss"]), lam,
-                                config["reg_points"], config["projections"], gen)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        if i >= 10:
-            times.append(time.perf_counter() - start)
-    return float(np.min(times))
+    setups = {}
+    for name, over in variants.items():
+        c = {**config, **over}
+        torch.manual_seed(config["seed"])
+        model = MLP(784, c["width"], c["depth"], 10, bias=c["bias"], init_scale=c["init_scale"]).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], weight_decay=c["weight_decay"])
+        setups[name] = (c, model, opt, torch.Generator().manual_seed(0))
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(repeats + warmup):
+        for name, (c, model, opt, gen) in setups.items():
+            start = time.perf_counter()
+            _, loss = objective(model, xb, yb, c["loss"], c["lam"], c["reg_points"], c["projections"],
+                                gen, c.get("estimator", "vjp"), c.get("probe_rank", 1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+    reduce = {"median": np.median, "min": np.min}[statistic]
+    return {name: float(reduce(t)) for name, t in times.items()}
+
+
+def step_cost(config: dict, lam: float, repeats: int = 60) -> float:
+    """Median seconds per update for one kind of update alone (see `update_costs`)."""
+    return update_costs(config, {"only": {"lam": lam}}, repeats)["only"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,7 +231,6 @@ def train_xor(config: dict) -> dict:
     torch.manual_seed(config["seed"])
     model = MLP(config["dim"], config["width"], 2, 1, bias=False).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
-    projections = torch.Generator().manual_seed(config["seed"] + 2)
     log: dict[str, list] = {k: [] for k in ["train_acc", "test_acc", "robust_acc", "centroid_norm",
                                             "alignment"]}
 
@@ -186,9 +238,16 @@ def train_xor(config: dict) -> dict:
         with torch.no_grad():
             return (torch.sign(model(inputs)[:, 0]) == labels).float().mean().item()
 
+    ones = torch.ones(len(x), 1, device=dev)
+
     def step(t: int) -> float:
-        fit = ((model(x)[:, 0] - y) ** 2).mean()
-        loss = regularised_loss(model, x, fit, config["lam"], 0, 1, projections)
+        if config["lam"] == 0:
+            fit = ((model(x)[:, 0] - y) ** 2).mean()
+            loss = fit
+        else:  # scalar output: J^T 1 = J, so the output-side estimate is the exact ||J||_F
+            out, sq = jacobian.forward_with_vjp_norm(model, x, ones)
+            fit = ((out[:, 0] - y) ** 2).mean()
+            loss = fit + config["lam"] * (sq + 1e-12).sqrt().mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -211,7 +270,8 @@ def train_xor(config: dict) -> dict:
 
 
 def run_xor(**config) -> dict:
-    return cached_run("04_grokalign_xor", {**config, "device": device().type}, lambda: train_xor(config))
+    key = {**config, "penalty": "exact, output side", "device": device().type}
+    return cached_run("04_grokalign_xor", key, lambda: train_xor(config))
 
 
 def first_step(steps, values, level: float):
@@ -224,17 +284,46 @@ def first_step(steps, values, level: float):
 # Configurations from a chapter's parameters (shared by the notebook and any script, so that both
 # hit the same run-cache entries).
 
-MNIST_KEYS = ["seed", "n_train", "width", "depth", "bias", "init_scale", "lr", "weight_decay",
-              "batch_size", "loss", "reg_points", "projections", "eval_every", "threshold",
-              "jacobian_points"]
+MNIST_KEYS = ["n_train", "width", "depth", "bias", "init_scale", "lr", "weight_decay", "batch_size",
+              "reg_points", "projections", "eval_every", "threshold", "jacobian_points", "estimator",
+              "probe_rank", "max_steps"]
 
 
-def mnist_config(params: dict, lam: float) -> dict:
-    max_steps = params["baseline_max_steps"] if lam == 0 else params["grokalign_max_steps"]
-    return {**{k: params[k] for k in MNIST_KEYS}, "lam": float(lam), "max_steps": max_steps}
+def mnist_config(params: dict, lam: float, loss: str, seed: int, max_steps: int | None = None) -> dict:
+    """One MNIST run's configuration: the chapter's shared settings, and its lambda, loss, seed
+    (and an update cap other than `max_steps`, if given)."""
+    if params["estimator"] not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {params['estimator']!r}")
+    if loss not in ("mse", "ce"):
+        raise ValueError(f"loss must be 'mse' or 'ce', got {loss!r}")
+    config = {**{k: params[k] for k in MNIST_KEYS}, "lam": float(lam), "loss": loss, "seed": int(seed)}
+    if max_steps is not None:
+        config["max_steps"] = int(max_steps)
+    return config
 
 
-def xor_config(params: dict, lam: float) -> dict:
+def steps_to_threshold(run: dict) -> int | None:
+    """Updates until held-out accuracy first exceeded the threshold, or None if it never did."""
+    return run["steps_to_threshold"] if run["reached"] else None
+
+
+def speedup(base: dict, grokalign: dict) -> tuple[float | None, str]:
+    """(baseline updates / GrokAlign updates, bound), bound "" for a ratio of two measured counts.
+    A baseline that never crossed counts with its cap: the ratio is a lower bound ("lower"). A
+    GrokAlign run that never crossed while the baseline did, within at least as many updates,
+    gives an upper bound <= 1 ("upper"); if neither crossed there is no ratio (None)."""
+    t_base, t_ga = steps_to_threshold(base), steps_to_threshold(grokalign)
+    if t_ga is not None:
+        return (t_base if t_base is not None else base["steps"]) / max(t_ga, 1), "" if t_base else "lower"
+    if t_base is not None and grokalign["steps"] >= t_base:
+        return t_base / grokalign["steps"], "upper"
+    return None, ""
+
+
+def xor_config(params: dict, lam: float, **knobs) -> dict:
+    """One XOR run's configuration from the chapter's `xor_*` parameters, with `knobs` (parameter
+    name -> value, e.g. xor_dim=8000) replacing the chapter's values."""
+    params = {**params, **knobs}
     return {"seed": params["seed"], "n": params["xor_n"], "dim": params["xor_dim"], "eps": params["xor_eps"],
             "width": params["xor_width"], "lr": params["xor_lr"], "weight_decay": params["xor_weight_decay"],
             "lam": float(lam), "steps": params["xor_steps"], "eval_points": params["xor_eval_points"],
@@ -242,13 +331,53 @@ def xor_config(params: dict, lam: float) -> dict:
 
 
 def measured_overhead(params: dict) -> dict:
-    """Seconds per update without and with the regulariser (largest lambda), cached so that a
-    re-execution shows the same numbers."""
-    config = {**mnist_config(params, 0.0), "repeats": params["overhead_repeats"],
-              "lam": float(max(params["lambdas"])), "statistic": "min"}
+    """Seconds per update of a plain (weight decay only) update and of GrokAlign updates at the
+    largest lambda with each estimator, the chapter's first, timed interleaved in one process
+    (`update_costs`), and their ratios to the plain update; cached so that a re-execution shows
+    the same numbers."""
+    lam = float(max(params["lambdas"]))
+    config = {**mnist_config(params, 0.0, "mse", params["seed"]), "repeats": params["overhead_repeats"],
+              "statistic": "median, interleaved"}
+    chosen = params["estimator"]
+    variants = {"plain": {"lam": 0.0}} | {name: {"lam": lam, "estimator": name}
+                                          for name in [chosen] + [e for e in ESTIMATORS if e != chosen]}
 
     def measure():
-        base = step_cost(config, 0.0, config["repeats"])
-        reg = step_cost(config, config["lam"], config["repeats"])
-        return {"baseline_s": base, "grokalign_s": reg, "ratio": reg / base}
-    return cached_run("04_grokalign_overhead", {**config, "device": device().type}, measure)
+        costs = update_costs(config, variants, config["repeats"])
+        return {"seconds": costs, "ratio": {k: costs[k] / costs["plain"] for k in ESTIMATORS}}
+    return cached_run("04_grokalign_overhead", {**config, "lam": lam, "device": device().type}, measure)
+
+
+def gradient_agreement(params: dict, draws: int = 5) -> dict[str, float]:
+    """How well one draw of each estimator's penalty gradient points along the exact gradient of
+    the mean ||J||_F (from the full Jacobian, by double backward): the mean cosine over `draws`
+    draws, on one batch at initialisation. Weights only (the biases do not enter ||J||)."""
+    config = mnist_config(params, 0.0, "mse", params["seed"])
+
+    def measure():
+        x, _, _, _ = mnist_data(config["n_train"], config["seed"])
+        x = x[:config["batch_size"]].to(device())
+        torch.manual_seed(config["seed"])
+        model = MLP(784, config["width"], config["depth"], 10, bias=config["bias"],
+                    init_scale=config["init_scale"]).to(device())
+        weights = [layer.weight for layer in model.layers]
+        k = model.layers[-1].out_features
+        exact = 0.0
+        for i in range(k):
+            v = torch.zeros(len(x), k, device=x.device)
+            v[:, i] = 1
+            exact = exact + jacobian._vjp(model, x, v, create_graph=True)[1].pow(2).sum(1)
+        target = torch.cat([g.flatten() for g in torch.autograd.grad(exact.sqrt().mean(), weights)])
+        gen = torch.Generator().manual_seed(config["seed"] + 3)
+        out = {}
+        for name in ESTIMATORS:
+            cosines = []
+            for _ in range(draws):
+                fit, loss = objective(model, x, torch.zeros(len(x), dtype=torch.long, device=x.device),
+                                      "mse", 1.0, 0, config["projections"], gen, name, config["probe_rank"])
+                grads = torch.autograd.grad(loss - fit, weights)
+                g = torch.cat([t.flatten() for t in grads])
+                cosines.append(torch.nn.functional.cosine_similarity(g, target, dim=0).item())
+            out[name] = float(np.mean(cosines))
+        return out
+    return cached_run("04_grokalign_gradient", {**config, "draws": draws, "device": device().type}, measure)

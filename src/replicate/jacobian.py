@@ -99,3 +99,138 @@ def grokalign_penalty(model: nn.Module, x: torch.Tensor, projections: int = 1,
     """
     sq = frobenius_sq_estimate(model, x, projections, generator, create_graph=True)
     return (sq + eps).sqrt().mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# The cheap estimator: a probe pushed forward through the masked linear network.
+#
+# For a ReLU MLP, J(x) = W_L D_{L-1}(x) W_{L-1} ... D_1(x) W_1, with D_l(x) the 0/1 diagonal of the
+# activation pattern at x (biases do not enter). So J(x) u is the network's linear pass on u with
+# the biases dropped and x's activation pattern applied: no second-order graph, and the pattern is
+# piecewise constant in the parameters, so an ordinary backward differentiates it exactly. With
+# probes u shared by the whole batch, the first (widest) layer's extra work is W_1 u, one
+# matrix-vector product; the per-point work is confined to the narrow layers.
+
+
+def _relu_layers(model: nn.Module) -> list[nn.Linear]:
+    layers = getattr(model, "layers", None)
+    if layers is None or not isinstance(getattr(model, "act", None), nn.ReLU):
+        raise TypeError("the masked linear pass needs a ReLU MLP with `layers` and `act` (models.MLP)")
+    return list(layers)
+
+
+def rademacher_probes(count: int, dim: int, generator: torch.Generator | None = None,
+                      like: torch.Tensor | None = None) -> torch.Tensor:
+    """`count` random sign vectors in R^dim, shape (count, dim); E[u u^T] = I."""
+    if count < 1:
+        raise ValueError(f"projections must be >= 1, got {count}")
+    signs = torch.randint(0, 2, (count, dim), generator=generator)
+    u = 2 * signs - 1
+    return u.to(like.device, like.dtype) if like is not None else u.float()
+
+
+def subspace_probes(projections: int, points: int, rank: int, dim: int,
+                    generator: torch.Generator | None = None, like: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random probes u = Q^T z / sqrt(rank), one per point and projection: for each projection a
+    random `rank`-dimensional subspace Q (rank, dim) shared by the batch and a point's own signs z
+    (rank,). E[u u^T] = E[Q^T Q] / rank = I, so each ||J u||^2 is unbiased for ||J||_F^2. Returns
+    the factors (Q / sqrt(rank) of shape (projections, rank, dim), z of shape (projections,
+    points, rank)) that `forward_with_jvp` takes. Rank 1 is one probe shared by the whole batch;
+    a larger rank decorrelates the points' probes for `rank` matrix-vector products with the
+    first layer."""
+    if rank < 1:
+        raise ValueError(f"probe rank must be >= 1, got {rank}")
+    q = rademacher_probes(projections * rank, dim, generator, like) / rank ** 0.5
+    z = rademacher_probes(projections * points, rank, generator, like)
+    return q.reshape(projections, rank, dim), z.reshape(projections, points, rank)
+
+
+def forward_with_jvp(model: nn.Module, x: torch.Tensor, probes: torch.Tensor, points: int | None = None,
+                     mix: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pass that returns the output f(x) for the whole batch and J(x_n) u for the first
+    `points` points (all if None), differentiable with respect to the parameters.
+
+    Without `mix`, the rows of `probes` (m, d) are probes shared by the batch, and the products
+    have shape (m, points, k). With `mix` (m, points, r), `probes` (m, r, d) holds a basis per
+    projection and point n's j-th probe is sum_i mix[j, n, i] probes[j, i] (`subspace_probes`)."""
+    layers = _relu_layers(model)
+    points = len(x) if points is None or points <= 0 else min(points, len(x))
+    h, v = x, None
+    for i, layer in enumerate(layers):
+        z = layer(h)
+        if v is None:  # the first layer acts on the probes alone: m r matrix-vector products
+            v = probes @ layer.weight.T
+            v = v[:, None, :] if mix is None else mix[:, :points] @ v
+        else:  # the probes' pass: the same weights, no bias
+            v = v @ layer.weight.T
+        if i == len(layers) - 1:
+            return z, v.expand(v.shape[0], points, -1) if v.shape[1] == 1 else v
+        v = v * (z[:points] > 0).to(z.dtype)  # x's activation pattern (no gradient through it)
+        h = model.act(z)
+    raise AssertionError("unreachable")
+
+
+def frobenius_sq_from_jvp(ju: torch.Tensor) -> torch.Tensor:
+    """The per-point estimate of ||J||_F^2 from J u products of shape (m, n, k): the mean over
+    the m probes of ||J u||^2. Unbiased when E[u u^T] = I; exact when the probes are the rows
+    of the identity scaled by sqrt(m) (m = d)."""
+    return ju.pow(2).sum(-1).mean(0)
+
+
+def frobenius_sq_forward(model: nn.Module, x: torch.Tensor, projections: int = 1,
+                         generator: torch.Generator | None = None, rank: int = 1) -> torch.Tensor:
+    """An unbiased estimate of ||J(x)||_F^2 for every point, shape (n,), from `projections`
+    random-sign probes per point in a random subspace of dimension `rank` (`subspace_probes`;
+    rank 1: probes shared by the batch), pushed through `forward_with_jvp`."""
+    q, z = subspace_probes(projections, len(x), rank, x[0].numel(), generator, like=x)
+    _, ju = forward_with_jvp(model, x.reshape(len(x), -1), q, mix=z)
+    return frobenius_sq_from_jvp(ju)
+
+
+def grokalign_penalty_forward(model: nn.Module, x: torch.Tensor, projections: int = 1,
+                              generator: torch.Generator | None = None, rank: int = 1,
+                              eps: float = 1e-12) -> torch.Tensor:
+    """The GrokAlign regulariser (mean over the batch of ||J(x)||_F) from the forward estimator;
+    the cheap counterpart of `grokalign_penalty`, same square root and same `eps`."""
+    return (frobenius_sq_forward(model, x, projections, generator, rank) + eps).sqrt().mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# The output-side estimator without a double backward.
+#
+# Hutchinson on the outputs, ||J^T v||^2 with random signs v in R^k (E[v v^T] = I), is the paper
+# code's estimator and our double-backward reference. For a ReLU MLP, J(x)^T v = W_1^T g(x) with
+# g(x) = D_1 W_2^T D_2 ... W_L^T v: a linear pass *down* the narrow layers with x's activation
+# pattern (one product per narrow layer and point), and ||W_1^T g||^2 = g^T (W_1 W_1^T) g, so the
+# wide first layer enters once per update through its Gram matrix, not once per point (when the
+# batch has more points than the layer has units; otherwise W_1^T g directly). The result
+# equals the reference's for the same v, value and parameter gradients, with one ordinary backward.
+
+
+def forward_with_vjp_norm(model: nn.Module, x: torch.Tensor, v: torch.Tensor, points: int | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(f(x) for the whole batch, ||J(x_n)^T v_n||^2 for the first `points` points), with v of
+    shape (points, k); both differentiable with respect to the parameters."""
+    layers = _relu_layers(model)
+    points = len(x) if points is None or points <= 0 else min(points, len(x))
+    masks, h = [], x
+    for layer in layers[:-1]:
+        z = layer(h)
+        masks.append((z[:points] > 0).to(z.dtype))
+        h = model.act(z)
+    out = layers[-1](h)
+    g = v @ layers[-1].weight  # (points, width)
+    for layer, mask in zip(reversed(layers[1:-1]), reversed(masks[1:])):
+        g = (g * mask) @ layer.weight
+    g = g * masks[0]
+    w1 = layers[0].weight
+    if points <= w1.shape[0]:  # fewer points than units: J^T v = W_1^T g directly
+        return out, (g @ w1).pow(2).sum(1)
+    return out, ((g @ (w1 @ w1.T)) * g).sum(1)
+
+
+def output_probes(points: int, k: int, generator: torch.Generator | None = None,
+                  like: torch.Tensor | None = None) -> torch.Tensor:
+    """One random-sign vector in R^k per point, shape (points, k)."""
+    return rademacher_probes(points, k, generator, like)
