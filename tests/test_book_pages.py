@@ -81,8 +81,10 @@ def test_across_seeds_says_when_the_seed_changes_nothing_and_names_unmatched_che
                 failed=[{"seed": 4, "overrides": {}, "error": "cell 3 failed"}])
     text = book_pages.across_seeds_section(RECORD, same)
     assert "nothing this chapter computes depends on the seed" in text
+    assert "(identical in every seed)" in text
     assert "lr 0.3 check (seeds 0, 2)" in text and "seed 4 (cell 3 failed)" in text
     assert "nothing this chapter" not in book_pages.across_seeds_section(RECORD, SEEDS)
+    assert "identical in every seed" not in book_pages.across_seeds_section(RECORD, SEEDS)
     one = dict(SEEDS, n=1, seeds=[0], robust=None, reproduced={"k": 1, "n": 1},
                values=[dict(SEEDS["values"][0], n=1, sd=None, ci95=None)])
     assert "too few seeds to say" in book_pages.across_seeds_section(RECORD, one)

@@ -114,6 +114,9 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
         spread = [v for v in values.get(c["name"], []) if v.get("sd") is not None]
         mean = "; ".join(f"{(v['key'] + ': ') if v.get('key') else ''}{v['mean']:.3g} ± {v['sd']:.2g}"
                          for v in spread)
+        if spread and not any(v["sd"] for v in spread):
+            # Identical numbers in every seed: the seed does not reach what this check measures.
+            mean += " (identical in every seed)"
         interval = "; ".join(f"[{v['ci95'][0]:.3g}, {v['ci95'][1]:.3g}]" for v in spread
                              if v.get("ci95"))
         cell = c["name"].replace("|", "\\|")
@@ -126,6 +129,11 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
                   "with the seed; a missing check counts as failed there): "
                   + "; ".join(f"{u['name']} (seeds {', '.join(map(str, u['seeds']))})"
                               for u in seeds["unmatched"]) + "."]
+    from .presets import chapters
+
+    chapter = chapters().get(name)
+    if chapter is not None and chapter.seed_note:
+        lines += ["", chapter.seed_note]
     spreads = [v["sd"] for v in seeds.get("values", []) if v.get("sd") is not None]
     if seeds["n"] > 1 and spreads and not any(spreads):
         lines += ["", "Every seed gave exactly the same numbers: nothing this chapter computes "

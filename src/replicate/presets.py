@@ -39,6 +39,7 @@ class Chapter:
     # Overrides on top of `paper` that keep its models, data sizes and measurement settings but
     # cut step counts, repetitions and snapshots to a handful (`run --shape-only`).
     shape_only: tuple[tuple[str, Any], ...] = field(default=())
+    seed_note: str = ""  # what the `seed` parameter does and does not vary, shown across seeds
 
     @property
     def notebook(self) -> Path:
@@ -63,7 +64,8 @@ def chapters() -> dict[str, Chapter]:
         found[folder.name] = Chapter(name=folder.name, title=meta["title"], claim=meta["claim"],
                                      presets=presets, positive=tuple(meta.get("positive", ())),
                                      datasets=tuple(meta.get("datasets", ())),
-                                     shape_only=tuple((meta.get("shape_only") or {}).items()))
+                                     shape_only=tuple((meta.get("shape_only") or {}).items()),
+                                     seed_note=meta.get("seed_note", ""))
     return found
 
 
