@@ -234,3 +234,17 @@ def test_sample_segments_spacing():
     assert len(pts) == 11 + 4
     np.testing.assert_allclose(pts[:11, 0], np.linspace(0, 1, 11))
     np.testing.assert_allclose(pts[11:, 1], np.linspace(1, 1.25, 4))
+
+
+def test_centroids_of_a_zero_area_sliver_are_finite():
+    # Two regions of the unit square: a unit square (centroid (0.5, 0.5)) and a degenerate
+    # "triangle" on the bottom edge (zero area, as float cuts sometimes leave): its centroid is
+    # the mean of its vertices instead of 0/0.
+    part = P.Partition(domain=(0.0, 1.0, 0.0, 1.0),
+                       verts=np.array([[0, 0], [1, 0], [1, 1], [0, 1], [0, 0], [0.5, 0], [1, 0]],
+                                      dtype=float),
+                       starts=np.array([0, 4, 7]), patterns=np.zeros((2, 1), np.uint8), n_hidden=1,
+                       logit_maps=np.zeros((2, 2, 3)), chords=np.zeros((0, 4)),
+                       chord_layer=np.zeros(0, int), layer_counts=[2])
+    c = part.centroids()
+    assert np.allclose(c[0], [0.5, 0.5]) and np.allclose(c[1], [0.5, 0.0])

@@ -216,7 +216,15 @@ class Partition:
         cross = p[:, 0] * q[:, 1] - q[:, 0] * p[:, 1]
         area = 0.5 * np.add.reduceat(cross, self.starts[:-1])
         c = np.add.reduceat((p + q) * cross[:, None], self.starts[:-1], axis=0)
-        return c / (6 * area[:, None])
+        # A sliver the float arithmetic left with zero area has no area centroid: use the mean of
+        # its vertices, a point of the sliver all the same (else NaN breaks every later query).
+        flat = np.abs(area) <= 1e-15 * self.side ** 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = c / (6 * area[:, None])
+        if flat.any():
+            mean = np.add.reduceat(self.verts, self.starts[:-1], axis=0) / np.diff(self.starts)[:, None]
+            c[flat] = mean[flat]
+        return c
 
     def pattern(self, r: int) -> np.ndarray:
         return np.unpackbits(self.patterns[r])[: self.n_hidden].astype(bool)
