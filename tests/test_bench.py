@@ -22,7 +22,10 @@ def test_median_seconds_counts_the_calls():
 def test_chapter_rows_and_page(tmp_path):
     (tmp_path / "07_optimizers.json").write_text(json.dumps({"chapter": "07_optimizers", "preset": "cpu",
                                                              "duration_s": 120.0}))
+    # An across-seed file beside it is not a chapter run.
+    (tmp_path / "07_optimizers.seeds.json").write_text(json.dumps({"chapter": "07_optimizers"}))
     rows = bench.chapter_rows(tmp_path)
+    assert len(rows) == 2
     assert rows[0]["ours"] == 2.0 and rows[-1]["met"] is True
     page = bench.render_page({"threads": 2, "rows": rows})
     assert page.startswith("# How fast is this book?") and "| chapter 07_optimizers at preset cpu | 2 |" in page

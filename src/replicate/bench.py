@@ -299,9 +299,10 @@ def _run_in_child(name: str) -> list[dict]:
 
 def chapter_rows(results_dir: Path) -> list[dict]:
     """End-to-end chapter times, as the chapters themselves recorded them at their last run."""
+    from .scoreboard import load_results  # the published verdicts, not the across-seed files
+
     rows, total = [], 0.0
-    for path in sorted(Path(results_dir).glob("*.json")):
-        record = json.loads(path.read_text())
+    for record in load_results(results_dir):
         total += record["duration_s"]
         reused = (record.get("runs") or {}).get("reused", 0)
         note = f" ({reused} runs reused from the cache)" if reused else ""
