@@ -237,7 +237,9 @@ def cmd_validate(args) -> int:
     if missing:
         return _fail(f"no executed chapter at {', '.join(missing)}; run `python -m replicate run` first")
     with tempfile.TemporaryDirectory(prefix="replicate-validate-") as scratch:
-        env = dict(os.environ, TQDM_DISABLE="1", REPLICATE_RESULTS_DIR=scratch)
+        # An empty run cache: validation re-computes every training run, it never re-reads one.
+        env = dict(os.environ, TQDM_DISABLE="1", REPLICATE_RESULTS_DIR=scratch,
+                   REPLICATE_CACHE_DIR=str(Path(scratch) / "cache"))
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
                "--nbval-sanitize-with", str(SANITIZE_FILE), *map(str, notebooks)]
         return subprocess.run(cmd, env=env, cwd=PROJECT_ROOT).returncode
