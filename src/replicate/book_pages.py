@@ -29,6 +29,7 @@ def _word(check: dict) -> str:
 
 
 def _text(value: Any) -> str:
+    """A check's value as the book shows it (floats to 3 significant digits)."""
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, dict):

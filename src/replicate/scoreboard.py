@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from . import presets
-from .book_pages import load_json, seeds_summary
+from .book_pages import _text, load_json, seeds_summary
 
 HEADER = """# Scoreboard
 
@@ -22,15 +22,8 @@ how each claim is judged.
 
 
 def _cell(value) -> str:
-    if isinstance(value, float):
-        text = f"{value:.3g}"
-    elif isinstance(value, dict):
-        text = "; ".join(f"{k}: {_cell(v)}" for k, v in value.items())
-    elif isinstance(value, list):
-        text = ", ".join(_cell(v) for v in value)
-    else:
-        text = str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A value in a Markdown table cell: formatted as on the chapter pages, pipes escaped."""
+    return _text(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _runtime(record: dict) -> str:
