@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from replicate.adversarial import first_index_above, pgd_linf, robust_accuracy, settling_index
+from replicate.measures.adversarial import first_index_above, pgd_linf, robust_accuracy, settling_index
 from replicate.models import MLP
 
 

@@ -4,7 +4,7 @@ import itertools
 import pytest
 import torch
 
-from replicate.algorithmic import algorithmic_task, modular_arithmetic, s5_composition, train_modular
+from replicate.experiments.algorithmic import algorithmic_task, modular_arithmetic, s5_composition, train_modular
 from replicate.models import TinyTransformer, algorithmic_model
 
 

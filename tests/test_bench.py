@@ -1,7 +1,7 @@
 """The benchmark bookkeeping (the timings themselves run with `python -m replicate bench`)."""
 import json
 
-from replicate import bench
+from replicate.harness import bench
 
 
 def test_ratio_direction_and_table():

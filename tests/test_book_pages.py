@@ -1,7 +1,7 @@
 """The parts of a chapter page written from its results: verdict box, checks table, across seeds."""
 import nbformat
 
-from replicate import book_pages, scoreboard
+from replicate.harness import book_pages, scoreboard
 
 RECORD = {"chapter": "07_optimizers", "title": "07 · Optimisers", "claim": "Adam reaches the minimum.",
           "preset": "cpu", "reproduced": False, "seed": 0, "device": "cpu (1 thread)",

@@ -2,8 +2,8 @@
 import torch
 from torch import nn
 
-from replicate import grokalign as ga
-from replicate import jacobian
+from replicate.experiments import grokalign as ga
+from replicate.measures import jacobian
 from replicate.models import MLP
 
 

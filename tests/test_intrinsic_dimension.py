@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from replicate.intrinsic_dimension import (fit_power_law, layer_dimensions, mle_dimension, mle_local,
+from replicate.measures.intrinsic_dimension import (fit_power_law, layer_dimensions, mle_dimension, mle_local,
                                            neighbour_distances, twonn_dimension)
 
 

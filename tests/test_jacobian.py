@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from replicate import jacobian as jac
+from replicate.measures import jacobian as jac
 from replicate.models import MLP
 
 

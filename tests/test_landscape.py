@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from replicate import landscape as ls
-from replicate.algorithmic import modular_arithmetic
-from replicate.slingshot import TrajectoryRecorder, slingshot_run
+from replicate.measures import landscape as ls
+from replicate.experiments.algorithmic import modular_arithmetic
+from replicate.experiments.slingshot import TrajectoryRecorder, slingshot_run
 
 
 def tiny_net(seed=0):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from replicate.local_complexity import (cross_polytope, lc_phases, local_complexity, mean_ci,
+from replicate.measures.local_complexity import (cross_polytope, lc_phases, local_complexity, mean_ci,
                                         orthonormal_frame, vertex_preactivations)
 from replicate.models import MLP
 

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from replicate import presets
+from replicate.harness import presets
 from replicate.runtime import PROJECT_ROOT
-from replicate.cli import SANITIZE_FILE
+from replicate.harness.cli import SANITIZE_FILE
 
 CHAPTERS = list(presets.chapters())
 

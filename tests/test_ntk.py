@@ -2,7 +2,7 @@
 import torch
 from torch import nn
 
-from replicate import ntk
+from replicate.measures import ntk
 from replicate.models import MLP
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from replicate import partition as P
+from replicate.measures import partition as P
 from replicate.models import MLP
 
 

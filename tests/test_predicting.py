@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from replicate.intrinsic_dimension import PowerLaw
-from replicate.predicting import (amplitude_spectrum, auroc, bootstrap_auroc, detrend,
+from replicate.measures.intrinsic_dimension import PowerLaw
+from replicate.measures.predicting import (amplitude_spectrum, auroc, bootstrap_auroc, detrend,
                                   hjorth_activity, label_run, low_frequency_activity, lr_threshold,
                                   periodogram, roc_curve, spectral_signature, stopping_rule)
 
@@ -181,7 +181,7 @@ def test_lr_threshold():
 # --- early stopping of a modular-arithmetic run (used by the grid) ------------------------------
 
 def test_train_modular_stops_once_generalised(one_thread):
-    from replicate.algorithmic import modular_arithmetic, train_modular
+    from replicate.experiments.algorithmic import modular_arithmetic, train_modular
     data = modular_arithmetic(5, "+", 0.6, seed=0)
     kwargs = dict(embed_dim=8, hidden=16, lr=1e-2)
     full = train_modular(data, 20, **kwargs)

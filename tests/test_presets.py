@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from replicate import presets
-from replicate.presets import ConfigError
+from replicate.harness import presets
+from replicate.harness.presets import ConfigError
 
 
 def test_every_chapter_has_three_presets_that_validate():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from replicate import presets
+from replicate.harness import presets
 from replicate.runtime import PROJECT_ROOT
 
 SHAPED = [name for name, ch in presets.chapters().items() if ch.shape_only]

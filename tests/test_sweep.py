@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from replicate import presets, sweep
+from replicate.harness import presets, sweep
 from replicate.runtime import PROJECT_ROOT
 
 

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from replicate import presets, scoreboard
-from replicate.verdict import ChapterRun, claim, report
+from replicate.harness import presets, scoreboard
+from replicate.harness.verdict import ChapterRun, claim, report
 
 CONTRACT = {"chapter", "claim", "preset", "reproduced", "checks", "seed", "device", "duration_s", "git_commit"}
 

@@ -75,7 +75,7 @@ class TinyTransformer(nn.Module):
     logits read at the last token.
 
     Attention is written out with plain matrix products (no fused kernel), so the loss can be
-    differentiated twice, as the Hessian-vector products of `replicate.landscape` need.
+    differentiated twice, as the Hessian-vector products of `replicate.measures.landscape` need.
     """
 
     def __init__(self, vocab: int, d_model: int = 128, heads: int = 4, layers: int = 2,

@@ -24,7 +24,7 @@ def _find_project_root() -> Path:
 PROJECT_ROOT = _find_project_root()
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
 BOOK_DIR = PROJECT_ROOT / "book"
-PRESETS_DIR = PACKAGE_DIR / "presets"
+PRESETS_DIR = PACKAGE_DIR / "harness" / "presets"
 
 
 def data_dir() -> Path:

@@ -12,10 +12,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import load_mnist, subset
-from .models import MLP
-from .runtime import default_dtype, device
-from .training import cached_run, log_spaced_steps, train_loop
+from ..data import load_mnist, subset
+from ..models import MLP
+from ..runtime import default_dtype, device
+from ..training import cached_run, log_spaced_steps, train_loop
 
 DEFAULTS = dict(n_train=1000, width=200, depth=4, steps=40_000, lr=1e-3, weight_decay=0.01,
                 batch_size=200, init_scale=1.0, loss="mse", bias=True, eval_points=32, seed=0)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from replicate import test_functions as tf
+from replicate.measures import objectives
 
 
 def autograd(f, x):
@@ -20,75 +20,75 @@ def points():
 
 def test_rosenbrock_value_by_hand():
     # n = 2: 100 (x2 - x1^2)^2 + (x1 - 1)^2 at (0.5, 2): 100 * 1.75^2 + 0.25
-    assert tf.rosenbrock(torch.tensor([0.5, 2.0])).item() == pytest.approx(306.5)
+    assert objectives.rosenbrock(torch.tensor([0.5, 2.0])).item() == pytest.approx(306.5)
     # n = 4 is a sum over independent pairs
-    assert tf.rosenbrock(torch.tensor([0.5, 2.0, 0.0, 0.0])).item() == pytest.approx(306.5 + 1.0)
+    assert objectives.rosenbrock(torch.tensor([0.5, 2.0, 0.0, 0.0])).item() == pytest.approx(306.5 + 1.0)
 
 
 def test_rosenbrock_gradient_closed_form_equals_autograd(points):
-    assert torch.allclose(tf.rosenbrock_grad(points), autograd(tf.rosenbrock, points))
+    assert torch.allclose(objectives.rosenbrock_grad(points), autograd(objectives.rosenbrock, points))
 
 
 def test_rastrigin_gradient_closed_form_equals_autograd(points):
     for a in (10.0, 3.0):
-        assert torch.allclose(tf.rastrigin_grad(points, a), autograd(lambda x: tf.rastrigin(x, a), points))
+        assert torch.allclose(objectives.rastrigin_grad(points, a), autograd(lambda x: objectives.rastrigin(x, a), points))
 
 
 def test_minima_are_zero_and_stationary():
     ones, zeros = torch.ones(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
-    assert tf.rosenbrock(ones).item() == 0 and tf.rosenbrock_extended(ones).item() == 0
-    assert tf.rastrigin(zeros).item() == pytest.approx(0.0, abs=1e-12)
-    assert torch.count_nonzero(tf.rosenbrock_grad(ones)) == 0
-    assert torch.allclose(tf.rastrigin_grad(zeros), zeros)
+    assert objectives.rosenbrock(ones).item() == 0 and objectives.rosenbrock_extended(ones).item() == 0
+    assert objectives.rastrigin(zeros).item() == pytest.approx(0.0, abs=1e-12)
+    assert torch.count_nonzero(objectives.rosenbrock_grad(ones)) == 0
+    assert torch.allclose(objectives.rastrigin_grad(zeros), zeros)
 
 
 def test_seed_error_minus_one_one_is_not_stationary():
-    grad = tf.rosenbrock_grad(torch.tensor([-1.0, 1.0], dtype=torch.float64))
+    grad = objectives.rosenbrock_grad(torch.tensor([-1.0, 1.0], dtype=torch.float64))
     assert grad.tolist() == [-4.0, 0.0]
 
 
 def test_rastrigin_is_multimodal():
     # A local minimum near (1, 0) with a higher value than the global one.
     x = torch.tensor([0.99496, 0.0], dtype=torch.float64)
-    assert tf.rastrigin_grad(x).abs().max() < 1e-3
-    assert tf.rastrigin(x).item() > 0.9
+    assert objectives.rastrigin_grad(x).abs().max() < 1e-3
+    assert objectives.rastrigin(x).item() > 0.9
 
 
 def test_log_scale_depth_and_bad_offset():
-    f = tf.log_scale(tf.rosenbrock, 1e-8)
+    f = objectives.log_scale(objectives.rosenbrock, 1e-8)
     assert f(torch.ones(2, dtype=torch.float64)).item() == pytest.approx(math.log(1e-8))
     with pytest.raises(ValueError, match="positive"):
-        tf.log_scale(tf.rosenbrock, 0.0)
+        objectives.log_scale(objectives.rosenbrock, 0.0)
     with pytest.raises(ValueError, match="even number"):
-        tf.rosenbrock(torch.zeros(3))
+        objectives.rosenbrock(torch.zeros(3))
 
 
 def test_race_with_parameter_groups_equals_separate_runs():
-    f = tf.log_scale(tf.rosenbrock, 1e-8)
-    together = tf.optimizer_race(f, [-2.0, 2.0], "adam", [1e-3, 1e-2], 100)
+    f = objectives.log_scale(objectives.rosenbrock, 1e-8)
+    together = objectives.optimizer_race(f, [-2.0, 2.0], "adam", [1e-3, 1e-2], 100)
     for i, lr in enumerate([1e-3, 1e-2]):
-        alone = tf.optimizer_race(f, [-2.0, 2.0], "adam", [lr], 100)
+        alone = objectives.optimizer_race(f, [-2.0, 2.0], "adam", [lr], 100)
         np.testing.assert_array_equal(together[:, i], alone[:, 0])
     with pytest.raises(ValueError, match="valid"):
-        tf.optimizer_race(f, [0.0, 0.0], "lbfgs", [0.1], 1)
+        objectives.optimizer_race(f, [0.0, 0.0], "lbfgs", [0.1], 1)
 
 
 def test_gradient_descent_converges_on_plain_rosenbrock():
-    path = tf.optimizer_race(tf.rosenbrock, [-1.0, 1.0], "adam", [0.02], 5000)
-    assert tf.distance_to(path, tf.MINIMA["rosenbrock"])[-1, 0] < 0.05
+    path = objectives.optimizer_race(objectives.rosenbrock, [-1.0, 1.0], "adam", [0.02], 5000)
+    assert objectives.distance_to(path, objectives.MINIMA["rosenbrock"])[-1, 0] < 0.05
 
 
 def test_double_descent_found_when_planted_and_not_in_monotone_curve():
     t = np.arange(400)
     planted = np.concatenate([np.linspace(3, 1, 100), np.linspace(1, 1.6, 100), np.linspace(1.6, 0.1, 200)])
-    found = tf.double_descent(planted)
+    found = objectives.double_descent(planted)
     assert found is not None and found["m1"] == pytest.approx(1.0, abs=0.05)
-    assert tf.double_descent(3 * np.exp(-t / 50)) is None
+    assert objectives.double_descent(3 * np.exp(-t / 50)) is None
     # a rise that never comes back below m1 is not a double descent
-    assert tf.double_descent(np.concatenate([np.linspace(3, 1, 100), np.linspace(1, 2, 300)])) is None
-    assert tf.double_descent(np.full(50, np.inf)) is None
+    assert objectives.double_descent(np.concatenate([np.linspace(3, 1, 100), np.linspace(1, 2, 300)])) is None
+    assert objectives.double_descent(np.full(50, np.inf)) is None
 
 
 def test_distance_marks_divergence_as_inf():
     path = np.array([[[0.0, 0.0]], [[np.nan, 1.0]]])
-    assert np.isinf(tf.distance_to(path, (0.0, 0.0))[1, 0])
+    assert np.isinf(objectives.distance_to(path, (0.0, 0.0))[1, 0])

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .models import MLP
+from ..models import MLP
 
 
 def orthonormal_frame(dim: int, n_directions: int, seed: int = 0, n_points: int | None = None,

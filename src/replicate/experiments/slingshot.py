@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from .algorithmic import AlgorithmicData, ModularRun, train_modular
-from .landscape import SpikeDetector, flat_params, hessian_extremes
-from .models import algorithmic_model
+from ..measures.landscape import SpikeDetector, flat_params, hessian_extremes
+from ..models import algorithmic_model
 
 
 class TrajectoryRecorder:
@@ -122,7 +122,7 @@ def detector_from(params: dict) -> SpikeDetector:
 
 
 def cached_slingshot_run(params: dict) -> SlingshotRun:
-    from .training import cached_run
+    from ..training import cached_run
     keys = RUN_KEYS + ("snapshot_every", "spike_before", "spike_after", "spike_factor", "spike_window",
                        "spike_floor", "spike_gap")
     config = {"run": "slingshot", **{k: params[k] for k in keys}}
@@ -133,7 +133,7 @@ def cached_slingshot_run(params: dict) -> SlingshotRun:
 
 
 def cached_clipped_run(params: dict, clip_norm: float) -> ModularRun:
-    from .training import cached_run
+    from ..training import cached_run
     config = {"run": "clipped", "clip_norm": clip_norm, **{k: params[k] for k in RUN_KEYS}}
 
     def go() -> ModularRun:
@@ -166,7 +166,7 @@ def _run_config(params: dict) -> dict:
 def cached_hessians(params: dict, sling: SlingshotRun, only: list[int] | None = None) -> dict[int, dict]:
     """Hessian extremes at every checkpoint, each cached on its own (so that several processes can
     fill the cache in parallel: pass `only` a subset of the checkpoints)."""
-    from .training import cached_run
+    from ..training import cached_run
     data = chapter_data(params)
     out = {}
     for k in (only if only is not None else hessian_checkpoints(params, sling)[0]):
@@ -180,8 +180,8 @@ def cached_hessians(params: dict, sling: SlingshotRun, only: list[int] | None = 
 def cached_surface(params: dict, final: np.ndarray, directions: np.ndarray, a_grid: np.ndarray,
                    b_grid: np.ndarray) -> np.ndarray:
     """The training loss on the plane final + a d1 + b d2 (see landscape.loss_surface)."""
-    from .landscape import loss_surface
-    from .training import cached_run
+    from ..measures.landscape import loss_surface
+    from ..training import cached_run
     config = {"surface": [float(a_grid[0]), float(a_grid[-1]), float(b_grid[0]), float(b_grid[-1]), len(a_grid),
                           len(b_grid)], **_run_config(params)}
     data = chapter_data(params)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from . import presets
-from .runtime import BOOK_DIR, PROJECT_ROOT
+from ..runtime import BOOK_DIR, PROJECT_ROOT
 
 SWEEPS_DIR = BOOK_DIR / "sweeps"
 ROBUST_SHARE = 0.8
@@ -190,7 +190,6 @@ def _incoming(sweeps_dir: Path, task: Task, sweep_id: str) -> Path:
 def execute(task: Task, sweeps_dir: str, threads: int, sweep_id: str) -> dict:
     """Run one task: the chapter executes into a hidden folder renamed into place on success."""
     from . import cli
-
     os.environ.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
                        "REPLICATE_THREADS": str(threads), MARKER: sweep_id})
     try:

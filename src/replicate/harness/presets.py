@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .runtime import NOTEBOOKS_DIR, PRESETS_DIR
+from ..runtime import NOTEBOOKS_DIR, PRESETS_DIR
 
 SCHEMA_PRESET = "cpu"
 SHAPE_ONLY_BASE = "paper"

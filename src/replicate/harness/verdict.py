@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import presets
-from .runtime import describe_device, git_commit, results_dir, seed_everything
-from .training import CACHE_STATS
+from ..runtime import describe_device, git_commit, results_dir, seed_everything
+from .. import training
 
 
 @dataclass
@@ -78,7 +78,12 @@ def _show(value: Any) -> str:
 class ChapterRun:
     """Parameters, seed and clock of one execution of a chapter."""
 
-    def __init__(self, chapter: str, preset: str, params: dict[str, Any], overrides: dict[str, Any]):
+    def __init__(self, chapter: str, preset: str, params: dict[str, Any], overrides: dict[str, Any],
+                 cache_stats: dict[str, int] | None = None):
+        # The run cache's live tally ({"reused": n, "computed": m}); the record counts this
+        # execution's part of it, since a recorded duration means little without it.
+        self._cache_stats = cache_stats if cache_stats is not None else {"reused": 0, "computed": 0}
+        self._cache_at_start = dict(self._cache_stats)
         self.chapter = presets.get_chapter(chapter)
         self.preset = preset
         self.params = params
@@ -115,6 +120,11 @@ class ChapterRun:
                     f"Verdict at preset {self.label}: ", "  "))
         return reproduced
 
+    def cache_runs(self) -> dict[str, int]:
+        """Training runs this execution took from the run cache and computed."""
+        return {k: self._cache_stats.get(k, 0) - self._cache_at_start.get(k, 0)
+                for k in ("reused", "computed")}
+
     def save(self) -> str:
         """Write `<results dir>/<chapter>.json` (atomically) and return its path."""
         if self.checks is None:
@@ -130,7 +140,7 @@ class ChapterRun:
             "seed": self.seed,
             "device": describe_device(),
             "duration_s": round(time.perf_counter() - self.started, 1),
-            "runs": dict(CACHE_STATS),  # reused from the run cache vs computed in this execution
+            "runs": self.cache_runs(),  # reused from the run cache vs computed in this execution
             "git_commit": git_commit(),
             "params": self.params,
         }
@@ -142,7 +152,7 @@ class ChapterRun:
             json.dump(record, fh, indent=2)
             fh.write("\n")
         os.replace(tmp, path)
-        cached = "training runs: {reused} reused from the cache, {computed} computed".format(**CACHE_STATS)
+        cached = "training runs: {reused} reused from the cache, {computed} computed".format(**record["runs"])
         print(f"{record['duration_s']} s on {record['device']} ({cached}).\n"
               f"Verdict written to results/{path.name}.")
         _display_checks(record["checks"])
@@ -169,7 +179,7 @@ def _parameters_text(params: dict[str, Any]) -> str:
 def start_chapter(chapter: str, preset: str, namespace: dict[str, Any]) -> ChapterRun:
     """Validate the notebook's parameters against the presets, seed everything, print the setup."""
     params, overrides = presets.from_notebook(chapter, preset, namespace)
-    run = ChapterRun(chapter, preset, params, overrides)
+    run = ChapterRun(chapter, preset, params, overrides, cache_stats=training.CACHE_STATS)
     print(_wrap(f"{run.chapter.title}: preset {run.label}, seed {run.seed}, "
                 f"device {describe_device()}", "", "  "))
     print(_parameters_text(run.params))

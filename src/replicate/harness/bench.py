@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .runtime import BOOK_DIR, PROJECT_ROOT
+from ..runtime import BOOK_DIR, PROJECT_ROOT
 
 BENCHMARKS: dict[str, Callable[[], list[dict]]] = {}
 RESULTS_FILE = BOOK_DIR / "benchmarks.json"
@@ -60,14 +60,14 @@ def peak_memory_mb() -> float:
 
 
 def _mnist_mlp(width: int = 200, depth: int = 4, bias: bool = True):
-    from .models import MLP
+    from ..models import MLP
 
     torch.manual_seed(0)
     return MLP(784, width, depth, 10, bias=bias)
 
 
 def _mnist_points(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from .data import load_mnist
+    from ..data import load_mnist
 
     mnist = load_mnist(verbose=False)
     return mnist.test_x[:n], mnist.test_y[:n]
@@ -77,7 +77,7 @@ def _mnist_points(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 def training_loop() -> list[dict]:
     """The shared loop's overhead: a bare AdamW/MSE step on the 4x200 MLP (batch 200, data in
     memory) against the same step driven by `train_loop` with its log-spaced evaluations."""
-    from .training import log_spaced_steps, train_loop
+    from ..training import log_spaced_steps, train_loop
 
     x, y = _mnist_points(1000)
     targets = torch.nn.functional.one_hot(y, 10).float()
@@ -105,7 +105,7 @@ def training_loop() -> list[dict]:
 @benchmark
 def local_complexity() -> list[dict]:
     """LC of 1,000 MNIST points, P = 25 (50 vertices), r = 0.05, on 784-200-200-200-10, all layers."""
-    from .local_complexity import local_complexity as lc
+    from ..measures.local_complexity import local_complexity as lc
 
     x, _ = _mnist_points(1000)
     model = _mnist_mlp().eval()
@@ -121,7 +121,7 @@ def local_complexity() -> list[dict]:
 @benchmark
 def pgd() -> list[dict]:
     """PGD at eps 0.1, alpha 0.0156, 20 steps, on 500 MNIST points."""
-    from .adversarial import pgd_linf
+    from ..measures.adversarial import pgd_linf
 
     x, y = _mnist_points(500)
     model = _mnist_mlp().eval()
@@ -139,7 +139,7 @@ def grokalign_step() -> list[dict]:
     probe in input space shared by the batch through the masked linear network; "output", random
     signs on the logits through the narrow layers and the first layer's Gram matrix (the
     reference's estimate without a double backward); "vjp", the double-backward reference."""
-    from .grokalign import update_costs
+    from ..experiments.grokalign import update_costs
 
     config = dict(n_train=1024, seed=0, width=196, depth=4, bias=False, init_scale=8.0, lr=1e-3,
                   weight_decay=0.01, batch_size=256, loss="mse", projections=1, reg_points=256)
@@ -165,8 +165,8 @@ def grokalign_step() -> list[dict]:
 def _matmuls_per_update(config: dict, updates: int = 5) -> float:
     from torch.profiler import ProfilerActivity, profile
 
-    from .grokalign import objective
-    from .models import MLP
+    from ..experiments.grokalign import objective
+    from ..models import MLP
 
     torch.manual_seed(0)
     model = MLP(784, config["width"], config["depth"], 10, bias=config["bias"], init_scale=config["init_scale"])
@@ -187,8 +187,7 @@ def _matmuls_per_update(config: dict, updates: int = 5) -> float:
 @benchmark
 def partition() -> list[dict]:
     """The exact partition of a slice through three MNIST digits, 784-200-200-200-10 at init."""
-    from . import partition as P
-
+    from ..measures import partition as P
     x, y = _mnist_points(200)
     triad = [x[(y == c).nonzero()[0, 0]].numpy() for c in (0, 1, 2)]
     plane = P.plane_through(*triad)
@@ -206,9 +205,9 @@ def partition() -> list[dict]:
 @benchmark
 def hessian_lanczos() -> list[dict]:
     """Lanczos extremes of the full-batch loss Hessian of chapter 05's model (p = 47, r = 0.5)."""
-    from .algorithmic import modular_arithmetic
-    from .landscape import hessian_extremes
-    from .models import ModularMLP
+    from ..experiments.algorithmic import modular_arithmetic
+    from ..measures.landscape import hessian_extremes
+    from ..models import ModularMLP
 
     data = modular_arithmetic(47, "+", 0.5, seed=0)
     torch.manual_seed(0)
@@ -223,7 +222,7 @@ def hessian_lanczos() -> list[dict]:
 @benchmark
 def intrinsic_dimension() -> list[dict]:
     """MLE (k = 2) and TwoNN on 2,000 points in 256 dimensions (a 10-dimensional subspace)."""
-    from .intrinsic_dimension import mle_dimension, twonn_dimension
+    from ..measures.intrinsic_dimension import mle_dimension, twonn_dimension
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2000, 10, generator=gen) @ torch.randn(10, 256, generator=gen)
@@ -289,7 +288,7 @@ def sweep_overhead() -> list[dict]:
 
 
 def _run_in_child(name: str) -> list[dict]:
-    result = subprocess.run([sys.executable, "-m", "replicate.bench", "--one", name], cwd=PROJECT_ROOT,
+    result = subprocess.run([sys.executable, "-m", "replicate.harness.bench", "--one", name], cwd=PROJECT_ROOT,
                             capture_output=True, text=True)
     if result.returncode != 0:
         return [row(f"{name}: failed ({result.stderr.strip().splitlines()[-1] if result.stderr else '?'})",

@@ -8,7 +8,7 @@ Two experiments, each a training step plugged into the shared `train_loop`:
   the noise coordinates.
 
 The regulariser is lambda times the mean over (a subsample of) the batch of ||J(x)||_F, estimated
-by random projections (`replicate.jacobian.grokalign_penalty`). With lambda = 0 it is not computed
+by random projections (`replicate.measures.jacobian.grokalign_penalty`). With lambda = 0 it is not computed
 at all, so a lambda = 0 run is exactly the baseline run.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import jacobian
-from .data import load_mnist, subset
-from .models import MLP
-from .runtime import device
-from .training import cached_run, log_spaced_steps, train_loop
+from ..measures import jacobian
+from ..data import load_mnist, subset
+from ..models import MLP
+from ..runtime import device
+from ..training import cached_run, log_spaced_steps, train_loop
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 

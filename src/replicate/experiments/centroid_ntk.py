@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import jacobian, ntk
-from .data import load_mnist
-from .models import MLP
-from .runtime import device
-from .training import cached_run, log_spaced_steps, train_loop
+from ..measures import jacobian, ntk
+from ..data import load_mnist
+from ..models import MLP
+from ..runtime import device
+from ..training import cached_run, log_spaced_steps, train_loop
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the normalisation of the reference code
 

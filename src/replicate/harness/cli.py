@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from . import presets
-from .runtime import BOOK_DIR, PACKAGE_DIR, PROJECT_ROOT
+from ..runtime import BOOK_DIR, PACKAGE_DIR, PROJECT_ROOT
 
-SANITIZE_FILE = PACKAGE_DIR / "nbval_sanitize.cfg"
+SANITIZE_FILE = Path(__file__).resolve().parent / "nbval_sanitize.cfg"
 JUDGING_DIR = BOOK_DIR / "judging"
 DEFAULT_CLAIMS = str(BOOK_DIR / "claims")
 DEFAULT_RESULTS = str(BOOK_DIR / "results")
@@ -129,7 +129,7 @@ def cmd_run(args) -> int:
         preset, per_chapter, scratch = _shape_only_setup(args, chosen, preset, overrides)
     for ch in chosen:
         check_ready(ch, preset, per_chapter[ch.name])
-    from .runtime import git_commit
+    from ..runtime import git_commit
 
     commit = git_commit()
     if commit.endswith("+dirty"):
@@ -159,7 +159,7 @@ def check_ready(ch: presets.Chapter, preset: str, overrides: dict) -> None:
     presets.load_preset(ch.name, preset)
     presets.validate(ch.name, overrides)
     if "mnist" in ch.datasets:
-        from .data import require_mnist
+        from ..data import require_mnist
 
         try:
             require_mnist()

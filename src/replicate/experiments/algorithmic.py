@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .models import algorithmic_model
-from .training import train_loop
+from ..models import algorithmic_model
+from ..training import train_loop
 
 OPERATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
     "+": lambda a, b, p: (a + b) % p,
