@@ -64,3 +64,64 @@ def test_committed_mnist_files_are_the_official_test_set():
     raw = PROJECT_ROOT / "data" / "mnist" / "MNIST" / "raw"
     for name, md5 in official.items():
         assert hashlib.md5((raw / name).read_bytes()).hexdigest() == md5, name
+
+
+def _copy_raw(data_dir, tmp_path):
+    import shutil
+
+    raw = tmp_path / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for f in (data_dir / "mnist" / "MNIST" / "raw").iterdir():
+        shutil.copy(f, raw / f.name)
+    return raw
+
+
+def test_official_files_pass_the_check(data_dir):
+    from replicate.data import check_mnist_files
+
+    names = {p.name for p in check_mnist_files(data_dir / "mnist" / "MNIST" / "raw")}
+    assert {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} <= names
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_file_is_named_by_the_check_and_the_loader(data_dir, tmp_path, damage):
+    from replicate.data import DataFileError, check_mnist_files
+
+    raw = _copy_raw(data_dir, tmp_path)
+    bad = raw / "t10k-labels-idx1-ubyte.gz"
+    blob = bad.read_bytes()
+    bad.write_bytes(blob[:len(blob) // 2] if damage == "truncate" else b"not a gzip file at all")
+    with pytest.raises(DataFileError, match="t10k-labels-idx1-ubyte.gz.*(MD5|cannot be read)"):
+        check_mnist_files(raw)
+    with pytest.raises(DataFileError, match="t10k-labels-idx1-ubyte.gz"):
+        load_mnist(tmp_path, download=False, verbose=False)
+
+
+def test_uncompressed_file_of_the_wrong_length_is_named(data_dir, tmp_path):
+    import gzip
+
+    from replicate.data import DataFileError, check_mnist_files
+
+    raw = _copy_raw(data_dir, tmp_path)
+    images = gzip.decompress((raw / "t10k-images-idx3-ubyte.gz").read_bytes())
+    (raw / "t10k-images-idx3-ubyte").write_bytes(images[:-784])  # one image short: no MD5 known
+    with pytest.raises(DataFileError, match="t10k-images-idx3-ubyte .*truncated"):
+        check_mnist_files(raw)
+
+
+def test_capacity_check_says_how_many_digits_and_where_the_training_set_goes(data_dir):
+    import numpy as np
+
+    from replicate.data import check_mnist_capacity, training_labels
+
+    labels, source = training_labels(data_dir, download=False)
+    assert source == "offline" and len(labels) == 5000
+    mnist = load_mnist(data_dir, verbose=False)
+    assert np.array_equal(labels, mnist.train_y.numpy())  # the labels the run would train on
+    zeros = int((labels == 0).sum())
+    check_mnist_capacity(n_per_class=zeros, classes=(0, 1), directory=data_dir)
+    check_mnist_capacity(n_train=5000, directory=data_dir)
+    with pytest.raises(ValueError, match=f"only {zeros} of digit 0.*train-images-idx3-ubyte.gz"):
+        check_mnist_capacity(n_per_class=zeros + 12, classes=(0, 1), directory=data_dir)
+    with pytest.raises(ValueError, match="asked for 5001 digits .* holds 5000"):
+        check_mnist_capacity(n_train=5001, directory=data_dir)

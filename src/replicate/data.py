@@ -9,6 +9,7 @@ MNIST layout (torchvision's): `<data dir>/mnist/MNIST/raw/{train,t10k}-{images,l
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import socket
 import textwrap
@@ -24,6 +25,14 @@ MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
+# The MD5s torchvision checks when it downloads MNIST (of the .gz files).
+MNIST_MD5 = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+MNIST_COUNTS = {"train": 60_000, "test": 10_000}
 OFFLINE_SPLIT_SEED = 20240224  # fixed: the offline split must not move with a chapter's seed
 OFFLINE_TRAIN_SIZE = 5_000
 
@@ -49,20 +58,82 @@ def _find_idx(raw: Path, stem: str) -> Path | None:
     return None
 
 
+class DataFileError(ValueError):
+    """A data file that exists but cannot be used; the message names it and says what to do."""
+
+
+def _bad_file(path: Path, why: str) -> DataFileError:
+    return DataFileError(f"MNIST file {path} {why}. Replace it with the official file (delete it "
+                         f"and torchvision downloads it again where the machine is online).")
+
+
 def _read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (the MNIST format): big-endian dims after a 4-byte magic number."""
+    """Read an IDX file (the MNIST format): big-endian dims after a 4-byte magic number.
+
+    A truncated, corrupt or foreign file raises DataFileError naming it."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        raw = fh.read()
+    try:
+        with opener(path, "rb") as fh:
+            raw = fh.read()
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        raise _bad_file(path, f"cannot be read ({type(err).__name__}: {err})") from None
+    if len(raw) < 8 or raw[:2] != b"\0\0" or raw[2] != 0x08 or not 1 <= raw[3] <= 3:
+        raise _bad_file(path, "is not an IDX file of bytes (wrong header)")
     ndim = raw[3]
     dims = np.frombuffer(raw, dtype=">u4", count=ndim, offset=4).astype(int)
+    if len(raw) != 4 + 4 * ndim + int(np.prod(dims)):
+        raise _bad_file(path, f"holds {len(raw) - 4 - 4 * ndim} bytes of data where its header "
+                              f"announces {int(np.prod(dims))} (truncated?)")
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def _read_split(raw: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     images, labels = (_read_idx(_find_idx(raw, stem)) for stem in MNIST_FILES[split])
+    if len(images) != len(labels):
+        raise _bad_file(_find_idx(raw, MNIST_FILES[split][1]),
+                        f"holds {len(labels)} labels for {len(images)} images")
     x = torch.from_numpy(images.reshape(len(images), -1).astype(np.float32) / 255.0)
     return x, torch.from_numpy(labels.astype(np.int64))
+
+
+_checked: dict[tuple, bool] = {}
+
+
+def check_mnist_files(raw: Path | None = None) -> list[Path]:
+    """Open every MNIST file that a run would read and check it: a .gz file against torchvision's
+    MD5, every file for a well-formed IDX header, its length and the expected number of digits.
+
+    Returns the files checked; raises DataFileError naming the first bad one. Takes about a
+    second for the full training set; remembered per file (name, size, time) within a process.
+    """
+    raw = raw if raw is not None else require_mnist()
+    checked = []
+    for split, stems in MNIST_FILES.items():
+        for stem in stems:
+            path = _find_idx(raw, stem)
+            if path is None:
+                continue
+            stat = path.stat()
+            memo = (str(path), stat.st_size, stat.st_mtime_ns)
+            if memo not in _checked:
+                expected = MNIST_MD5.get(path.name)
+                if expected is not None:
+                    digest = hashlib.md5(path.read_bytes()).hexdigest()
+                    if digest != expected:
+                        raise _bad_file(path, f"has MD5 {digest}, not the official "
+                                              f"file's {expected}")
+                array = _read_idx(path)
+                if len(array) != MNIST_COUNTS[split]:
+                    raise _bad_file(path, f"holds {len(array)} entries, not MNIST's "
+                                          f"{MNIST_COUNTS[split]}")
+                _checked[memo] = True
+            checked.append(path)
+    return checked
+
+
+def _offline_order() -> torch.Tensor:
+    n = MNIST_COUNTS["test"]
+    return torch.randperm(n, generator=torch.Generator().manual_seed(OFFLINE_SPLIT_SEED))
 
 
 def _try_download(root: Path) -> bool:
@@ -116,7 +187,7 @@ def load_mnist(directory: str | Path | None = None, download: bool = True, verbo
         data = MNIST(train_x, train_y, test_x, test_y, source="standard torchvision split")
     elif have["test"]:
         x, y = _read_split(raw, "test")
-        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(OFFLINE_SPLIT_SEED))
+        order = _offline_order()
         tr, te = order[:OFFLINE_TRAIN_SIZE], order[OFFLINE_TRAIN_SIZE:]
         data = MNIST(x[tr], y[tr], x[te], y[te],
                      source=f"offline split of the official MNIST test set in {display_path(raw)}")
@@ -137,3 +208,50 @@ def subset(x: torch.Tensor, y: torch.Tensor, n: int, seed: int) -> tuple[torch.T
         raise ValueError(f"asked for {n} examples but only {len(y)} are available")
     idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))[:n]
     return x[idx], y[idx]
+
+
+def training_labels(directory: str | Path | None = None,
+                    download: bool = True) -> tuple[np.ndarray, str]:
+    """The labels of the training digits `load_mnist` would give (without reading the images),
+    and a description of their source. Downloads the training files, as `load_mnist` does, only
+    when `download` is set and they are missing."""
+    base = Path(directory) if directory is not None else data_dir()
+    raw = require_mnist(base)
+    have_train = all(_find_idx(raw, s) for s in MNIST_FILES["train"])
+    if not have_train and download:
+        have_train = (_try_download(base / "mnist")
+                      and all(_find_idx(raw, s) for s in MNIST_FILES["train"]))
+    if have_train:
+        return _read_idx(_find_idx(raw, MNIST_FILES["train"][1])).astype(np.int64), "standard"
+    labels = _read_idx(_find_idx(raw, MNIST_FILES["test"][1])).astype(np.int64)
+    return labels[_offline_order()[:OFFLINE_TRAIN_SIZE].numpy()], "offline"
+
+
+def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = None,
+                         classes: tuple[int, ...] = tuple(range(10)),
+                         directory: str | Path | None = None) -> None:
+    """ValueError, in seconds, when the training digits cannot supply `n_train` digits in all or
+    `n_per_class` of each of `classes`; the message says how many there are and where the
+    standard training set would go. The training files are downloaded first where they are
+    missing and the machine can (as the run itself would)."""
+    need_more = lambda labels: ((n_train is not None and n_train > len(labels)) or  # noqa: E731
+                                (n_per_class is not None and
+                                 any(int((labels == c).sum()) < n_per_class for c in classes)))
+    base = Path(directory) if directory is not None else data_dir()
+    labels, source = training_labels(base, download=False)
+    if need_more(labels) and source == "offline":
+        labels, source = training_labels(base, download=True)
+    if not need_more(labels):
+        return
+    counts = {c: int((labels == c).sum()) for c in classes}
+    have = (f"{len(labels)} training digits" if n_train is not None and n_train > len(labels) else
+            "only " + ", ".join(f"{n} of digit {c}" for c, n in counts.items() if n < n_per_class))
+    asked = f"{n_train} digits" if n_train is not None and n_train > len(labels) else \
+        f"{n_per_class} digits per class"
+    where = ("the offline split of the official test set" if source == "offline"
+             else "MNIST's standard training set")
+    hint = (f"; the standard training set (60,000 digits) would go in "
+            f"{display_path(base / 'mnist' / 'MNIST' / 'raw')} as {MNIST_FILES['train'][0]}.gz and "
+            f"{MNIST_FILES['train'][1]}.gz (torchvision downloads them on a machine that is "
+            f"online)" if source == "offline" else "")
+    raise ValueError(f"asked for {asked} but {where} holds {have}{hint}")

@@ -116,8 +116,8 @@ def code_versions() -> dict[str, str]:
 def config_key(config: dict[str, Any], versions: dict[str, str] | None = None) -> str:
     """A short, stable hash of a run's full configuration and of the code that computes it
     (`code_versions()`: the package's source, torch and numpy)."""
-    blob = json.dumps({"config": config, "code": versions if versions is not None else code_versions()},
-                      sort_keys=True, default=str)
+    code = versions if versions is not None else code_versions()
+    blob = json.dumps({"config": config, "code": code}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -148,7 +148,7 @@ def _load_entry(path: Path, name: str, config: dict[str, Any], key: str) -> tupl
 
 
 def cached_run(name: str, config: dict[str, Any], run: Callable[[], Any], verbose: bool = True) -> Any:
-    """Return `run()`'s result, reusing a finished run with the same `config` and code if there is one.
+    """Return `run()`'s result, reusing a finished run of the same `config` and code if there is one.
 
     Results are pickled to `<cache dir>/<name>/<key>.pkl`, where the key hashes `config` and
     `code_versions()` (the package's source outside the harness, torch and numpy), so that

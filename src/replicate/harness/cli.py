@@ -158,6 +158,7 @@ def check_ready(ch: presets.Chapter, preset: str, overrides: dict) -> None:
         raise presets.ConfigError(f"chapter {ch.name} has no notebook at {ch.notebook}")
     presets.load_preset(ch.name, preset)
     presets.validate(ch.name, overrides)
+    presets.preflight(ch.name, preset, overrides)  # cross-parameter rules, data readable and big enough
     if "mnist" in ch.datasets:
         from ..data import require_mnist
 

@@ -3,14 +3,21 @@
 Each chapter has a folder `presets/<chapter>/` holding `chapter.yaml` (title, claim, which
 parameters must be positive, which datasets it needs, e.g. `datasets: [mnist]`, and
 `shape_only:`, the overrides that cut the `paper` preset down to a run of minutes) and one YAML
-file per preset. The `cpu` preset is the schema: it
-names every parameter and fixes its type, and the notebook's `parameters` cell repeats it, so a
+file per preset. `chapter.yaml` also declares what is checked before a notebook starts:
+`ranges:` (`{train_fraction: "(0, 1)"}`, brackets closed, parentheses open, applied to every
+item of a list), `choices:` (the allowed values), `rules:` between parameters (`- require:` a
+Python expression over the parameter names, `because:` the reason shown when it fails) and
+`data_needs:` (how many MNIST training digits the parameters ask for).
+The `cpu` preset is the schema: it names every parameter and fixes its type, and the notebook's `parameters` cell repeats it, so a
 plain re-execution of a chapter reproduces the published book.
 """
 from __future__ import annotations
 
+import ast
 import json
+import math
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +47,10 @@ class Chapter:
     # cut step counts, repetitions and snapshots to a handful (`run --shape-only`).
     shape_only: tuple[tuple[str, Any], ...] = field(default=())
     seed_note: str = ""  # what the `seed` parameter does and does not vary, shown across seeds
+    ranges: tuple[tuple[str, str], ...] = field(default=())  # name, interval such as "(0, 1]"
+    choices: tuple[tuple[str, tuple], ...] = field(default=())  # name, allowed values
+    rules: tuple[tuple[str, str], ...] = field(default=())  # expression, reason
+    data_needs: tuple[tuple[str, Any], ...] = field(default=())  # see check_data
 
     @property
     def notebook(self) -> Path:
@@ -65,7 +76,13 @@ def chapters() -> dict[str, Chapter]:
                                      presets=presets, positive=tuple(meta.get("positive", ())),
                                      datasets=tuple(meta.get("datasets", ())),
                                      shape_only=tuple((meta.get("shape_only") or {}).items()),
-                                     seed_note=meta.get("seed_note", ""))
+                                     seed_note=meta.get("seed_note", ""),
+                                     ranges=tuple((meta.get("ranges") or {}).items()),
+                                     choices=tuple((k, tuple(v)) for k, v in
+                                                   (meta.get("choices") or {}).items()),
+                                     rules=tuple((r["require"], r.get("because", ""))
+                                                 for r in meta.get("rules") or ()),
+                                     data_needs=tuple((meta.get("data_needs") or {}).items()))
     return found
 
 
@@ -84,16 +101,76 @@ def load_preset(chapter: str, preset: str) -> dict[str, Any]:
     return _read_yaml(PRESETS_DIR / chapter / f"{preset}.yaml")
 
 
-def parse_value(text: str) -> Any:
-    """Read a command-line value: `20000` is an int, `1e-3` a float, `[0.1, 0.2]` a list."""
+def _scalar(text: str) -> Any:
+    """One command-line item: int, float (`1e-3` too), `true`/`false`, else the string itself."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
     for kind in (int, float):
         try:
             return kind(text)
         except ValueError:
             pass
-    # YAML for lists and booleans; note YAML alone would read `1e-3` as a string.
-    value = yaml.safe_load(text)
-    return text if value is None else value
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def _numbers_in(value: Any) -> Any:
+    """YAML 1.1 reads `1e-3` (no dot) as a string: turn such strings back into numbers."""
+    if isinstance(value, list):
+        return [_numbers_in(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _numbers_in(v) for k, v in value.items()}
+    if isinstance(value, str):
+        number = _scalar(value)
+        is_number = isinstance(number, (int, float)) and not isinstance(number, bool)
+        return number if is_number else value
+    return value
+
+
+def parse_value(text: str) -> Any:
+    """Read a command-line value without surprises.
+
+    `20000` is an int, `1e-3` a float, `true`/`false` booleans, `1e-3,1e-2` and `[1e-3, 0.01]`
+    lists (their items read the same way), `{mse: [0], ce: [0, 1]}` a mapping; anything else is
+    the string as typed (`-`, `*`, `s5`).
+    """
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]") and not any(c in text[1:-1] for c in "[]{}"):
+        inner = text[1:-1].strip()
+        return [_scalar(item) for item in inner.split(",")] if inner else []
+    if text.startswith(("[", "{")):
+        try:
+            return _numbers_in(yaml.safe_load(text))
+        except yaml.YAMLError as err:
+            raise ConfigError(f"cannot read {text!r} as a list or mapping "
+                              f"({str(err).splitlines()[0]}); e.g. '[0.1, 0.2]' or "
+                              f"'{{mse: [0], ce: [0, 1]}}'") from None
+    if "," in text:
+        return [_scalar(item) for item in text.split(",")]
+    return _scalar(text)
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_format_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def example(name: str, template: Any) -> str:
+    """A command-line setting of `name` that parses to a value of `template`'s type."""
+    if isinstance(template, list) and template and not isinstance(template[0], (list, dict)):
+        text = ",".join(_format_value(v) for v in template)
+    else:
+        text = _format_value(template)
+    return f"-p {name} {shlex.quote(text)}"
 
 
 def _type_name(value: Any) -> str:
@@ -103,11 +180,14 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _coerce(name: str, value: Any, template: Any) -> Any:
-    """Return `value` in the type of `template`, or raise ConfigError."""
+def _coerce(name: str, value: Any, template: Any, top: tuple[str, Any] | None = None) -> Any:
+    """Return `value` in the type of `template`, or raise ConfigError (with an example)."""
+    top = top or (name, template)
+
     def fail():
         raise ConfigError(f"parameter {name!r} must be of type {_type_name(template)} "
-                          f"(cpu preset: {template!r}); got {value!r} ({_type_name(value)})")
+                          f"(cpu preset: {template!r}); got {value!r} ({_type_name(value)}). "
+                          f"For example: {example(*top)}")
 
     if isinstance(template, bool):
         if not isinstance(value, bool):
@@ -129,7 +209,7 @@ def _coerce(name: str, value: Any, template: Any) -> Any:
         if not isinstance(value, list):
             fail()
         if template:
-            return [_coerce(f"{name}[{i}]", v, template[0]) for i, v in enumerate(value)]
+            return [_coerce(f"{name}[{i}]", v, template[0], top) for i, v in enumerate(value)]
         return value
     if isinstance(template, dict):
         if not isinstance(value, dict):
@@ -138,8 +218,52 @@ def _coerce(name: str, value: Any, template: Any) -> Any:
     raise ConfigError(f"parameter {name!r} has an unsupported type in the cpu preset")
 
 
+def _numbers(value: Any) -> list:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [value]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    return []
+
+
+def _in_interval(x: float, interval: str) -> bool:
+    lo_closed, hi_closed = interval.strip()[0] == "[", interval.strip()[-1] == "]"
+    lo, hi = (float(t) for t in interval.strip()[1:-1].split(","))
+    return (lo <= x if lo_closed else lo < x) and (x <= hi if hi_closed else x < hi)
+
+
+RULE_FUNCTIONS = {"min": min, "max": max, "len": len, "all": all, "any": any, "set": set,
+                  "sorted": sorted, "abs": abs, "sum": sum}
+
+
+def _rule_names(expression: str) -> set[str]:
+    """The parameter names a rule reads (not its functions, nor the variables it binds itself)."""
+    nodes = [n for n in ast.walk(ast.parse(expression, mode="eval")) if isinstance(n, ast.Name)]
+    bound = {n.id for n in nodes if isinstance(n.ctx, ast.Store)}
+    return {n.id for n in nodes} - bound - set(RULE_FUNCTIONS)
+
+
+def _check_rule(chapter: str, expression: str, because: str, params: dict[str, Any]) -> None:
+    names = sorted(_rule_names(expression))
+    shown = ", ".join(f"{n}={params[n]!r}" for n in names)
+    try:
+        ok = eval(compile(expression, "<rule>", "eval"),  # noqa: S307 - our own chapter.yaml
+                  {"__builtins__": {}, **RULE_FUNCTIONS, **params})
+    except Exception as err:  # noqa: BLE001 - e.g. min() of an empty list
+        ok, shown = False, f"{shown}; {type(err).__name__}: {err}"
+    if not ok:
+        raise ConfigError(f"chapter {chapter}: {because or 'rule failed'} "
+                          f"(rule: {expression}; got {shown})")
+
+
 def validate(chapter: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Check names, types and signs of `params` against the chapter's cpu preset."""
+    """Check `params` against the chapter's cpu preset and chapter.yaml: names, types, finite
+    numbers, signs (`positive:`), `ranges:`, `choices:` and, for the rules whose parameters are
+    all in `params`, the `rules:` between parameters. Raises ConfigError."""
     ch = get_chapter(chapter)
     schema = load_preset(chapter, SCHEMA_PRESET)
     unknown = sorted(set(params) - set(schema))
@@ -147,12 +271,60 @@ def validate(chapter: str, params: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"unknown parameter(s) {', '.join(unknown)} for chapter {chapter}; "
                           f"valid parameters: {', '.join(schema)}")
     checked = {name: _coerce(name, value, schema[name]) for name, value in params.items()}
+    for name, value in checked.items():
+        if not all(math.isfinite(v) for v in _numbers(value)):
+            raise ConfigError(f"parameter {name!r} must be a finite number; got {value!r}. "
+                              f"For example: {example(name, schema[name])}")
     for name in ch.positive:
         value = checked.get(name)
-        values = value if isinstance(value, list) else [value]
-        if value is not None and any(v <= 0 for v in values):
+        if value is not None and any(v <= 0 for v in _numbers(value)):
             raise ConfigError(f"parameter {name!r} must be positive; got {value!r}")
+    for name, interval in ch.ranges:
+        value = checked.get(name)
+        if value is not None and not all(_in_interval(v, interval) for v in _numbers(value)):
+            raise ConfigError(f"parameter {name!r} must lie in {interval}; got {value!r}")
+    for name, allowed in ch.choices:
+        value = checked.get(name)
+        values = value if isinstance(value, list) else [value]
+        if value is not None and any(v not in allowed for v in values):
+            raise ConfigError(f"parameter {name!r} must be one of {', '.join(map(str, allowed))}; "
+                              f"got {value!r}")
+    for expression, because in ch.rules:
+        if _rule_names(expression) <= set(checked):
+            _check_rule(chapter, expression, because, checked)
     return checked
+
+
+def check_data(chapter: str, params: dict[str, Any]) -> None:
+    """The data a run of `chapter` with the full parameter set `params` reads: present, readable
+    (each MNIST file opened and checked against its MD5 / header) and large enough
+    (`data_needs:` in chapter.yaml: `n_train: <parameter>` for that many training digits,
+    `n_per_class: <parameter>` with `classes: [...]` for that many of each class). Takes seconds;
+    raises ConfigError naming the file or saying how many digits there are."""
+    ch = get_chapter(chapter)
+    if "mnist" not in ch.datasets:
+        return
+    from .. import data
+
+    try:
+        data.check_mnist_files(data.require_mnist())
+        needs = dict(ch.data_needs)
+        if needs:
+            data.check_mnist_capacity(
+                n_train=params.get(needs["n_train"]) if "n_train" in needs else None,
+                n_per_class=params.get(needs["n_per_class"]) if "n_per_class" in needs else None,
+                classes=tuple(needs.get("classes", range(10))))
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(f"chapter {chapter} needs MNIST. {err}") from None
+
+
+def preflight(chapter: str, preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything about a run's parameters and data that can be checked before its notebook
+    starts: the preset with `overrides` on top, validated (including the rules between
+    parameters, which need the full set), then `check_data`. Returns the full parameters."""
+    params = resolve(chapter, preset, overrides)
+    check_data(chapter, params)
+    return params
 
 
 def resolve(chapter: str, preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
