@@ -188,3 +188,43 @@ def test_transformer_hessian_vector_products_match_the_dense_hessian():
     dense = ls.dense_hessian(model, x, y)
     v = torch.randn(dense.shape[0], dtype=torch.float64)
     assert torch.allclose(ls.hvp_operator(model, x, y)(v), dense @ v, atol=1e-8)
+
+
+def test_lanczos_residuals_say_whether_the_extremes_converged():
+    # Against the dense Hessian of a tiny network (44 parameters, indefinite).
+    net, (x, y) = tiny_net(), tiny_data()
+    true = torch.linalg.eigvalsh(ls.dense_hessian(net, x, y)).numpy()
+    for iterations in (3, 5, 8, 12, 20, 44):
+        res = ls.hessian_extremes(net, x, y, iterations=iterations)
+        # A symmetric matrix has an eigenvalue within the residual of every Ritz value.
+        for theta, r in ((res.lambda_max, res.residual_max), (res.lambda_min, res.residual_min)):
+            assert np.min(np.abs(true - theta)) <= r + 1e-12
+        # Ritz values lie inside the spectrum: too few iterations understate |λ_min|.
+        assert true[0] - 1e-12 <= res.lambda_min and res.lambda_max <= true[-1] + 1e-12
+    few = ls.hessian_extremes(net, x, y, iterations=5)
+    assert few.relative_residual > 0.05  # not converged, and the residual says so ...
+    assert few.lambda_min - true[0] > 0.05 * abs(true[0])  # ... with λ_min off by over 5%
+    converged = ls.hessian_extremes(net, x, y, iterations=44)
+    assert converged.relative_residual < 1e-8
+    assert converged.lambda_min == pytest.approx(float(true[0]), rel=1e-8)
+    assert converged.norm_estimate == pytest.approx(float(np.max(np.abs(true))), rel=1e-8)
+
+
+def test_slingshot_hessians_carry_their_lanczos_residuals():
+    from replicate.experiments.slingshot import hessians_at, order_of_magnitude, residual_summary
+    from replicate.models import algorithmic_model
+
+    data = modular_arithmetic(5, "+", 0.6, seed=0)
+    torch.manual_seed(0)
+    model = algorithmic_model("mlp", 5, 4, 6)
+    dim = sum(p.numel() for p in model.parameters())
+    snaps = {1: ls.flat_params(model).numpy()}
+    full = hessians_at(data, 4, 6, snaps, iterations=dim)[1]
+    short = hessians_at(data, 4, 6, snaps, iterations=4)[1]
+    assert full["relative_residual"] < 1e-3 < short["relative_residual"]
+    assert short["lambda_min"] >= full["lambda_min"] - 1e-5  # too few iterations: |λ_min| smaller
+    summary = residual_summary({1: full, 2: short})
+    assert summary["lambda_min"] == pytest.approx(
+        short["residual_min"] / max(abs(short["lambda_max"]), abs(short["lambda_min"])))
+    assert order_of_magnitude(2e-4) == "<= 1e-03" and order_of_magnitude(0.05) == "<= 1e-01"
+    assert order_of_magnitude(1e-3) == "<= 1e-03"
