@@ -41,7 +41,9 @@ def display_path(path: str | Path) -> str:
         return str(path)
 
 
-RUNS_DIR = PROJECT_ROOT / "runs"  # run folders outside the book (git-ignored)
+def runs_dir() -> Path:
+    """Run folders outside the book (git-ignored): $REPLICATE_RUNS_DIR, or `runs/` in the project."""
+    return Path(os.environ.get("REPLICATE_RUNS_DIR", PROJECT_ROOT / "runs")).expanduser().resolve()
 
 
 def results_dir(chapter: str | None = None) -> Path:
@@ -55,7 +57,7 @@ def results_dir(chapter: str | None = None) -> Path:
     forced = os.environ.get("REPLICATE_RESULTS_DIR")
     if forced:
         return Path(forced).expanduser().resolve()
-    return RUNS_DIR / (chapter or "unnamed") / "interactive"
+    return runs_dir() / (chapter or "unnamed") / "interactive"
 
 
 def cache_dir() -> Path:

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 from . import presets
-from ..runtime import BOOK_DIR, PROJECT_ROOT, RUNS_DIR, display_path
+from ..runtime import BOOK_DIR, PROJECT_ROOT, display_path, runs_dir
 
 SANITIZE_FILE = Path(__file__).resolve().parent / "nbval_sanitize.cfg"
 JUDGING_DIR = BOOK_DIR / "judging"
@@ -204,15 +205,15 @@ def _environ(**values: str):
                 os.environ[key] = value
 
 
-def _stop_kernels(pids: set[int]) -> None:
+def _stop_kernels() -> None:
     """Kill kernels this process started that are still alive (after an interrupt)."""
     try:
         import psutil
     except ImportError:
         return
     for child in psutil.Process().children(recursive=True):
-        if child.pid in pids or "ipykernel" in " ".join(child.cmdline()):
-            with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error):
+            if "ipykernel" in " ".join(child.cmdline()):
                 child.kill()
 
 
@@ -225,6 +226,10 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
     staging = _new_staging(ch.name)
     out = staging / f"{ch.name}.ipynb"
     started = time.perf_counter()
+    # The kernel's connection file is a temporary file of this process (jupyter_client): it goes
+    # into the staging folder too, so that nothing outlives the run.
+    (staging / "runtime").mkdir()
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(staging / "runtime")
     try:
         # The kernel inherits this process's environment: the verdict goes to the staging
         # folder (the notebook prints where it will be published), the kernel's connection file
@@ -257,7 +262,8 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
         return True, (f"{ch.name} done in {time.perf_counter() - started:.0f} s -> "
                       f"{display_path(claims_dir / out.name)}")
     finally:
-        _stop_kernels(set())
+        tempfile.tempdir = saved_tempdir
+        _stop_kernels()
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -279,9 +285,9 @@ def _prepare_page(notebook: Path, ch: presets.Chapter, record: dict, results_dir
 def run_folder(chapter: str, preset: str, overrides: dict) -> Path:
     """`runs/<chapter>/<preset>[-<hash>]/`: where a run that is not published goes."""
     if not overrides:
-        return RUNS_DIR / chapter / preset
+        return runs_dir() / chapter / preset
     text = json.dumps(overrides, sort_keys=True, default=str)
-    return RUNS_DIR / chapter / f"{preset}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return runs_dir() / chapter / f"{preset}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 def _check_writable(folder: Path) -> None:
@@ -486,6 +492,7 @@ ENV_RUN = """environment variables read:
   REPLICATE_NO_CACHE     set to 1 to recompute every training run instead of reusing it
   REPLICATE_NO_DOWNLOAD  set to 1 to never download a dataset
   REPLICATE_DEVICE       force a device (e.g. cpu on a GPU machine); default: CUDA if present
+  REPLICATE_RUNS_DIR     where runs that are not published go (default: runs/ in the project)
   OMP_NUM_THREADS        threads per process (one per chapter is fastest on a busy machine)
 set by `run` for the kernel: REPLICATE_RESULTS_DIR (staging), TQDM_DISABLE=1 (no progress bars in
 the saved notebook), REPLICATE_OVERRIDES (the -p names), JUPYTER_RUNTIME_DIR (kernel files)"""
@@ -619,6 +626,12 @@ def _on_signal(signum, frame):
     # Further signals are ignored while the run cleans up (kernel, staging folder).
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    # The kernel goes first: asked to shut down in the middle of a cell, it would print its own
+    # traceback; killed, it says nothing, and papermill's clean-up finds it gone.
+    _stop_kernels()
+    # Papermill, nbclient and asyncio would each log the kernel's death (with tracebacks); the
+    # one line `main` prints says what happened.
+    logging.disable(logging.CRITICAL)
     raise Interrupted(signal.Signals(signum).name)
 
 
