@@ -161,3 +161,13 @@ def test_a_verdict_from_uncommitted_code_says_so(monkeypatch):
 def test_the_dirty_check_ignores_the_books_generated_outputs():
     for path in ("book/claims", "book/results", "book/sweeps"):
         assert path in runtime.GENERATED_PATHS
+
+
+def test_an_unwritable_book_is_reported_before_anything_runs(monkeypatch, capsys):
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: not str(path).startswith(str(BOOK_DIR))
+                        and real(path, mode))
+    monkeypatch.setattr(runtime, "git_commit", lambda: "0123456789ab")
+    monkeypatch.setattr(cli, "run_chapter", lambda *a: pytest.fail("nothing may run"))
+    assert cli.main(["run", CHAPTER]) == 2
+    assert "book/claims is not writable" in capsys.readouterr().err

@@ -326,7 +326,7 @@ def cmd_run(args) -> int:
             folder = run_folder(ch.name, preset, per_chapter[ch.name])
             targets[ch.name] = folder, folder
     publishing = any(_in_book(f) for pair in targets.values() for f in pair)
-    for folder in {f for pair in targets.values() for f in pair}:
+    for folder in sorted({f for pair in targets.values() for f in pair}):
         _check_writable(folder)
     from ..runtime import git_commit
 
