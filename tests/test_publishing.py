@@ -43,7 +43,9 @@ def test_a_smoke_run_goes_to_its_run_folder_and_never_touches_the_book(tmp_path)
     assert record.get("cpu_capability") or record.get("gpu")
     # the notebook says where its verdict went, never the staging folder
     text = (folder / f"{CHAPTER}.ipynb").read_text()
-    assert f"Verdict written to {folder / CHAPTER}.json" in text and "staging" not in text
+    # (a run folder outside the project, as here, is named by no path)
+    assert f"Verdict written to {CHAPTER}.json, beside this notebook" in text
+    assert "staging" not in text and str(cli.STAGING_DIR) not in text
     assert "without encryption" not in result.stderr  # the kernel's TCP warning is filtered
     assert book_digest() == before
     assert not list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*")), "staging folder left behind"
@@ -171,3 +173,11 @@ def test_an_unwritable_book_is_reported_before_anything_runs(monkeypatch, capsys
     monkeypatch.setattr(cli, "run_chapter", lambda *a: pytest.fail("nothing may run"))
     assert cli.main(["run", CHAPTER]) == 2
     assert "book/claims is not writable" in capsys.readouterr().err
+
+
+def test_the_notebook_names_no_temporary_path_for_its_verdict(tmp_path):
+    assert cli._shown(BOOK_DIR / "results" / "c.json", BOOK_DIR / "claims") == "book/results/c.json"
+    assert cli._shown(tmp_path / "c.json", tmp_path) == "c.json, beside this notebook"
+    hidden = BOOK_DIR / "sweeps" / "c" / ".cpu-seed1.incoming-x"
+    assert cli._shown(hidden / "c.json", hidden) == "c.json, beside this notebook"
+    assert cli._shown(tmp_path / "r" / "c.json", tmp_path) == "results/c.json"

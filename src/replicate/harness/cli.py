@@ -217,6 +217,16 @@ def _stop_kernels() -> None:
                 child.kill()
 
 
+def _shown(verdict: Path, claims_dir: Path) -> str:
+    """Where the notebook says its verdict went: the book or a run folder by its project path; a
+    folder outside the project or a hidden one (a sweep's, renamed when done) by no path."""
+    shown = display_path(verdict)
+    if Path(shown).is_absolute() or any(part.startswith(".") for part in Path(shown).parts):
+        return (f"{verdict.name}, beside this notebook" if verdict.parent == Path(claims_dir)
+                else f"results/{verdict.name}")
+    return shown
+
+
 def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: Path,
                 results_dir: Path) -> tuple[bool, str]:
     """Execute one chapter; on success publish its notebook and verdict together. (ok, message)"""
@@ -238,7 +248,7 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
         # value still overrides another preset's (e.g. `--preset paper -p n_per_class 500`).
         with _environ(REPLICATE_RESULTS_DIR=str(staging / "results"), TQDM_DISABLE="1",
                       JUPYTER_RUNTIME_DIR=str(staging / "runtime"),
-                      REPLICATE_RESULTS_SHOWN=display_path(results_dir / f"{ch.name}.json"),
+                      REPLICATE_RESULTS_SHOWN=_shown(results_dir / f"{ch.name}.json", claims_dir),
                       **{presets.OVERRIDES_ENV: json.dumps(sorted(overrides))}):
             try:
                 pm.execute_notebook(str(ch.notebook), str(out),
