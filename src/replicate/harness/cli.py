@@ -183,11 +183,12 @@ def sweep_staging(root: Path = STAGING_DIR) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _new_staging(chapter: str) -> Path:
-    STAGING_DIR.mkdir(parents=True, exist_ok=True)
-    sweep_staging()
+def _new_staging(chapter: str, root: Path | None = None) -> Path:
+    root = Path(root or STAGING_DIR)
+    root.mkdir(parents=True, exist_ok=True)
+    sweep_staging(root)
     host = socket.gethostname().replace("-", "_")
-    return Path(tempfile.mkdtemp(prefix=f"{chapter}-{host}-{os.getpid()}-", dir=STAGING_DIR))
+    return Path(tempfile.mkdtemp(prefix=f"{chapter}-{host}-{os.getpid()}-", dir=root))
 
 
 @contextlib.contextmanager
@@ -228,12 +229,16 @@ def _shown(verdict: Path, claims_dir: Path) -> str:
 
 
 def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: Path,
-                results_dir: Path) -> tuple[bool, str]:
-    """Execute one chapter; on success publish its notebook and verdict together. (ok, message)"""
+                results_dir: Path, staging_root: Path | None = None) -> tuple[bool, str]:
+    """Execute one chapter; on success publish its notebook and verdict together. (ok, message)
+
+    The staging folder goes under `staging_root` (default `.cache/staging/`); a caller that
+    removes a folder of its own after a crash (a sweep's task) can pass that one.
+    """
     import papermill as pm
 
     claims_dir, results_dir = Path(claims_dir), Path(results_dir)
-    staging = _new_staging(ch.name)
+    staging = _new_staging(ch.name, staging_root)
     out = staging / f"{ch.name}.ipynb"
     started = time.perf_counter()
     # The kernel's connection file is a temporary file of this process (jupyter_client): it goes
