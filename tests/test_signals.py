@@ -56,6 +56,34 @@ def test_an_interrupted_run_cleans_up_and_says_so_in_one_line(sig, tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_a_run_killed_outright_leaves_no_kernel_and_its_folder_is_swept_next_time(tmp_path):
+    env = dict(os.environ, REPLICATE_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "replicate", "run", CHAPTER, "--preset", "smoke",
+                             "--claims-dir", str(tmp_path / "out")], cwd=PROJECT_ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not _kernels(proc.pid) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        kernels = _kernels(proc.pid)
+        assert kernels, "the kernel never started"
+        proc.kill()  # SIGKILL: no handler runs
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the kernel watches its parent and exits when it is gone
+    deadline = time.time() + 15
+    while time.time() < deadline and any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE
+                                         for k in kernels):
+        time.sleep(0.5)
+    assert not [k for k in kernels if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    left = list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*"))
+    assert left, "expected the killed run's staging folder"
+    cli.sweep_staging()
+    assert not any(p.exists() for p in left)
+
+
 def test_a_dead_runs_staging_folder_is_swept_by_the_next_run(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()

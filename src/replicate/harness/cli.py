@@ -269,7 +269,10 @@ def run_chapter(ch: presets.Chapter, preset: str, overrides: dict, claims_dir: P
         result = staging / "results" / f"{ch.name}.json"
         if not result.exists():
             return False, f"{ch.name} ran but wrote no verdict (did the notebook call run.save()?)"
-        _prepare_page(out, ch, json.loads(result.read_text()), results_dir)
+        try:
+            _prepare_page(out, ch, json.loads(result.read_text()), results_dir)
+        except Exception as err:  # a malformed verdict or notebook: report it, publish nothing
+            return False, f"{ch.name} ran but its page could not be prepared: {type(err).__name__}: {err}"
         try:
             publish_together([(result, results_dir / result.name), (out, claims_dir / out.name)])
         except PublishError as err:
