@@ -1,7 +1,9 @@
 """`python -m replicate`: list chapters, run them at a preset, build the book, validate it.
 
     python -m replicate list
-    python -m replicate run 07_optimizers --preset cpu -p iterations 5000
+    python -m replicate list 07_optimizers
+    python -m replicate run 07_optimizers                      # the book's preset: publishes
+    python -m replicate run 07_optimizers --preset cpu -p iterations 5000   # -> runs/
     python -m replicate run 05_slingshot_hessian --preset paper --shape-only
     python -m replicate sweep 07_optimizers --seeds 0-4 -p check_lr 1e-2,1e-1
     python -m replicate build
