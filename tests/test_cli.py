@@ -76,3 +76,41 @@ def test_missing_dataset_fails_before_the_run_with_the_path_it_looked_in(chapter
     assert time.perf_counter() - started < 5 and result.returncode == 2
     assert str(tmp_path / "mnist" / "MNIST" / "raw") in result.stderr and "REPLICATE_DATA_DIR" in result.stderr
     assert not (tmp_path / "claims").exists()
+
+
+def test_run_help_lists_the_chapters_and_presets_and_points_to_list():
+    out = cli("run", "--help").stdout
+    for ch in presets.chapters().values():
+        assert ch.name in out and ", ".join(ch.presets) in out
+    assert "list CHAPTER" in out and "--publish" in out and "--allow-dirty" in out
+    assert "runs/<chapter>/<preset>" in out
+
+
+@pytest.mark.parametrize("command, reads", [
+    ("list", "Reads no environment variables"),
+    ("run", "REPLICATE_DATA_DIR"), ("run", "REPLICATE_CACHE_DIR"), ("run", "REPLICATE_NO_CACHE"),
+    ("run", "REPLICATE_RESULTS_DIR"), ("run", "TQDM_DISABLE"), ("run", "REPLICATE_RUNS_DIR"),
+    ("sweep", "REPLICATE_CACHE_DIR"), ("build", "Reads no environment variables"),
+    ("validate", "REPLICATE_CACHE_DIR"), ("validate", "relative 5%"), ("bench", "REPLICATE_CACHE_DIR"),
+])
+def test_every_subcommand_says_what_it_does_and_which_environment_it_reads(command, reads):
+    result = cli(command, "--help")
+    assert result.returncode == 0
+    description = result.stdout.split("\n\n")[1]  # the paragraph after the usage line(s)
+    assert len(description.split()) >= 10, f"`{command} --help` needs a description"
+    assert reads in " ".join(result.stdout.split())
+
+
+def test_list_chapter_prints_each_parameter_with_its_type_cpu_value_and_comment():
+    out = cli("list", "07_optimizers").stdout
+    cpu = presets.load_preset("07_optimizers", "cpu")
+    for name, value in cpu.items():
+        assert f"  {name}: " in out, f"{name} missing from `list 07_optimizers`"
+    # the source notebook's value is the cpu preset's, and its comment says what it is
+    assert f"  iterations: int = {cpu['iterations']}" in out and "optimisation steps" in out
+    bad = cli("list", "no_such_chapter")
+    assert bad.returncode == 2 and "valid chapters" in bad.stderr
+
+
+def test_list_names_how_to_see_a_chapters_parameters():
+    assert "list CHAPTER" in cli("list").stdout

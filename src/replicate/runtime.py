@@ -41,13 +41,23 @@ def display_path(path: str | Path) -> str:
         return str(path)
 
 
-def results_dir() -> Path:
-    """Where verdicts are written: $REPLICATE_RESULTS_DIR, or `book/results/`.
+def runs_dir() -> Path:
+    """Run folders outside the book (git-ignored): $REPLICATE_RUNS_DIR, or `runs/` in the project."""
+    return Path(os.environ.get("REPLICATE_RUNS_DIR", PROJECT_ROOT / "runs")).expanduser().resolve()
 
-    The CLI points this at a staging folder while a chapter executes, so that a failed run
-    never replaces a good results file.
+
+def results_dir(chapter: str | None = None) -> Path:
+    """Where verdicts are written: $REPLICATE_RESULTS_DIR, else a scratch run folder.
+
+    Only `python -m replicate run` publishes into the book: it points $REPLICATE_RESULTS_DIR at
+    a staging folder while a chapter executes and moves the verdict into place with the executed
+    notebook. A notebook executed any other way (Jupyter, papermill, nbclient) writes its verdict
+    to `runs/<chapter>/interactive/`, never into `book/`.
     """
-    return Path(os.environ.get("REPLICATE_RESULTS_DIR", BOOK_DIR / "results")).expanduser().resolve()
+    forced = os.environ.get("REPLICATE_RESULTS_DIR")
+    if forced:
+        return Path(forced).expanduser().resolve()
+    return runs_dir() / (chapter or "unnamed") / "interactive"
 
 
 def cache_dir() -> Path:
@@ -123,3 +133,20 @@ def describe_device() -> str:
         return f"cuda ({torch.cuda.get_device_name(dev)})"
     threads = torch.get_num_threads()
     return f"cpu ({threads} thread{'s' if threads != 1 else ''})"
+
+
+def provenance() -> dict:
+    """What a result depends on besides its parameters: code commit, torch, and the hardware."""
+    import torch
+
+    commit = git_commit()
+    record = {"git_commit": commit, "dirty": commit.endswith("+dirty"), "torch": torch.__version__}
+    dev = device()
+    if dev.type == "cuda":
+        record["gpu"] = torch.cuda.get_device_name(dev)
+    else:
+        try:
+            record["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        except AttributeError:  # torch < 2.0
+            record["cpu_capability"] = "unknown"
+    return record

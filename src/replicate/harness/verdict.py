@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import presets
-from ..runtime import describe_device, git_commit, results_dir, seed_everything
+from ..runtime import describe_device, display_path, provenance, results_dir, seed_everything
 from .. import training
 
 
@@ -56,6 +56,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     return str(value)
 
+
+RESULTS_SHOWN_ENV = "REPLICATE_RESULTS_SHOWN"  # set by the CLI: the published path
 
 WIDTH = 96  # printed lines fit the book's text column
 
@@ -141,10 +143,10 @@ class ChapterRun:
             "device": describe_device(),
             "duration_s": round(time.perf_counter() - self.started, 1),
             "runs": self.cache_runs(),  # reused from the run cache vs computed in this execution
-            "git_commit": git_commit(),
+            **provenance(),  # git_commit, dirty, torch, cpu_capability or gpu
             "params": self.params,
         }
-        folder = results_dir()
+        folder = results_dir(self.chapter.name)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.chapter.name}.json"
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
@@ -153,8 +155,11 @@ class ChapterRun:
             fh.write("\n")
         os.replace(tmp, path)
         cached = "training runs: {reused} reused from the cache, {computed} computed".format(**record["runs"])
+        # The CLI stages the verdict and names where it will be published ($REPLICATE_RESULTS_SHOWN);
+        # any other execution says where its scratch run folder is.
+        shown = os.environ.get(RESULTS_SHOWN_ENV) or display_path(path)
         print(f"{record['duration_s']} s on {record['device']} ({cached}).\n"
-              f"Verdict written to results/{path.name}.")
+              f"Verdict written to {shown}.")
         _display_checks(record["checks"])
         return str(path)
 

@@ -1,0 +1,122 @@
+"""What validate compares: nbval the verdict's words (numbers masked), then every number of the
+verdict within a stated tolerance."""
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+from nbval.plugin import get_sanitize_patterns
+
+from replicate.harness import cli, drift, presets
+from replicate.harness.verdict import ChapterRun, claim, report
+
+CHAPTER = "07_optimizers"
+
+
+def verdict_text(capsys, checks) -> str:
+    run = ChapterRun(CHAPTER, "smoke", presets.load_preset(CHAPTER, "smoke"), {})
+    capsys.readouterr()
+    run.verdict(checks)
+    return capsys.readouterr().out
+
+
+def sanitized(text: str) -> str:
+    """As nbval does with `--nbval-sanitize-with`: each pattern in order."""
+    for regex, replace in get_sanitize_patterns(cli.SANITIZE_FILE.read_text()):
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def test_verdicts_differing_only_in_numbers_read_the_same_to_nbval(capsys):
+    a = verdict_text(capsys, [claim("loss falls below 0.01", True, 0.00912, "below 0.01"),
+                              report("steps to the minimum", {"adam": 1234, "sgd": 3.1e-5}, "fast")])
+    b = verdict_text(capsys, [claim("loss falls below 0.01", True, 0.00897, "below 0.01"),
+                              report("steps to the minimum", {"adam": 1301, "sgd": 2.87e-05}, "fast")])
+    assert a != b and sanitized(a) == sanitized(b)
+    assert "PASS" in sanitized(a) and "REPORT" in sanitized(a)
+
+
+def test_a_pass_turning_into_a_fail_is_a_difference(capsys):
+    a = verdict_text(capsys, [claim("converges", True, 0.009, 0.01), claim("other", True, 1, 1)])
+    b = verdict_text(capsys, [claim("converges", False, 0.009, 0.01), claim("other", True, 1, 1)])
+    assert sanitized(a) != sanitized(b)
+    c = verdict_text(capsys, [claim("converges", True, 0.009, 0.01), report("other", 1, 1)])
+    assert sanitized(a) != sanitized(c)  # a claim became a report
+
+
+def test_a_longer_number_that_moves_a_line_break_is_not_a_difference(capsys):
+    short = verdict_text(capsys, [report("a list", [0.1] * 30, "x")])
+    long_ = verdict_text(capsys, [report("a list", [0.123] * 30, "x")])
+    assert short.count("\n") != long_.count("\n") and sanitized(short) == sanitized(long_)
+
+
+def record(**values):
+    checks = [{"name": "loss", "kind": "claim", "passed": True, "ours": values.get("loss", 0.5),
+               "paper": "below 1"},
+              {"name": "steps", "kind": "report", "passed": None,
+               "ours": {"adam": values.get("adam", 1000), "tiny": values.get("tiny", 0.0002)},
+               "paper": [1, 2]}]
+    return {"chapter": CHAPTER, "reproduced": True, "checks": checks}
+
+
+def beyond(published, now, *tolerances):
+    return [(d.check, d.where) for d in drift.compare(published, now, *tolerances) if not d.within]
+
+
+def test_numbers_within_five_percent_or_a_thousandth_pass():
+    published = record()
+    assert drift.compare(published, copy.deepcopy(published)) == []
+    # 4% relative, and a change of 0.0007 on a number near zero: both within tolerance
+    near = record(loss=0.52, adam=1040, tiny=0.0009)
+    assert beyond(published, near) == [] and len(drift.compare(published, near)) == 3
+    assert beyond(published, record(loss=0.6)) == [("loss", "ours")]            # 20%: drift
+    assert beyond(published, record(adam=1100)) == [("steps", "ours.adam")]     # 10%: drift
+    assert beyond(published, record(tiny=0.0015)) == [("steps", "ours.tiny")]   # 0.0013 > 0.001
+
+
+def test_words_must_match_exactly():
+    published = record()
+    flipped = copy.deepcopy(published)
+    flipped["checks"][0]["passed"], flipped["reproduced"] = False, False
+    assert beyond(published, flipped) == [("(verdict)", "reproduced"), ("loss", "passed")]
+    renamed = copy.deepcopy(published)
+    renamed["checks"][1]["name"] = "steps taken"
+    assert {c for c, _ in beyond(published, renamed)} == {"steps", "steps taken"}
+    kind = copy.deepcopy(published)
+    kind["checks"][0]["kind"] = "report"
+    assert beyond(published, kind) == [("loss", "kind")]
+
+
+def test_a_chapter_can_loosen_its_tolerance_per_check(tmp_path, monkeypatch):
+    folder = tmp_path / CHAPTER
+    folder.mkdir()
+    (folder / "chapter.yaml").write_text("title: t\nclaim: c\ntolerance:\n  rel: 0.02\n"
+                                         "  checks:\n    steps: {rel: 0.5}\n")
+    monkeypatch.setattr(drift, "PRESETS_DIR", tmp_path)
+    base, per_check = drift.chapter_tolerances(CHAPTER)
+    assert (base.rel, base.abs, per_check["steps"].rel) == (0.02, drift.ABS, 0.5)
+    published = record()
+    assert beyond(published, record(loss=0.52, adam=1300), base, per_check) == [("loss", "ours")]
+    assert drift.chapter_tolerances("no_such_chapter")[0] == drift.Tolerance()
+
+
+def test_validate_prints_the_drift_table_and_fails_beyond_tolerance(tmp_path, monkeypatch, capsys):
+    """The command's wiring, with nbval's re-execution faked: it writes a drifted verdict."""
+    claims, results = tmp_path / "claims", tmp_path / "results"
+    claims.mkdir(), results.mkdir()
+    (claims / f"{CHAPTER}.ipynb").write_text("{}")
+    (results / f"{CHAPTER}.json").write_text(json.dumps(record()))
+
+    def fake_nbval(cmd, env, cwd):
+        assert "--nbval-sanitize-with" in cmd and Path(env["REPLICATE_CACHE_DIR"]).parent == \
+            Path(env["REPLICATE_RESULTS_DIR"])  # an empty run cache inside the scratch folder
+        Path(env["REPLICATE_RESULTS_DIR"], f"{CHAPTER}.json").write_text(
+            json.dumps(record(loss=0.51, adam=2000)))
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_nbval)
+    code = cli.main(["validate", CHAPTER, "--claims-dir", str(claims), "--results-dir", str(results)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "beyond tolerance" in err
+    assert "DRIFT" in out and "ours.adam" in out and "ok" in out  # loss moved 2%: shown, not failed

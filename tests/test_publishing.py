@@ -1,0 +1,183 @@
+"""Where runs go: only `run` at the book's preset publishes into book/, notebook and verdict
+together or not at all; anything else (other presets, -p, a notebook run by hand) goes to a run
+folder outside the book."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replicate import runtime
+from replicate.harness import cli, presets
+from replicate.harness.verdict import ChapterRun, claim, report
+from replicate.runtime import BOOK_DIR, PROJECT_ROOT
+
+CHAPTER = "07_optimizers"  # the fastest chapter
+
+
+def book_digest() -> dict:
+    """Every file the book's outputs hold (claims, results, sweeps), by content."""
+    return {str(p.relative_to(BOOK_DIR)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for folder in ("claims", "results", "sweeps") for p in sorted((BOOK_DIR / folder).rglob("*"))
+            if p.is_file()}
+
+
+def test_a_smoke_run_goes_to_its_run_folder_and_never_touches_the_book(tmp_path):
+    before = book_digest()
+    env = dict(os.environ, REPLICATE_RUNS_DIR=str(tmp_path / "runs"), REPLICATE_CACHE_DIR=str(tmp_path / "c"))
+    proc = subprocess.Popen([sys.executable, "-m", "replicate", "run", CHAPTER, "--preset", "smoke"],
+                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    stdout, stderr = proc.communicate(timeout=300)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert result.returncode == 0, result.stderr
+    folder = tmp_path / "runs" / CHAPTER / "smoke"
+    assert str(folder) in result.stdout and "not the book" in result.stdout
+    record = json.loads((folder / f"{CHAPTER}.json").read_text())
+    assert (folder / f"{CHAPTER}.ipynb").exists() and record["preset"] == "smoke"
+    # provenance: commit (with its dirty flag), torch, and the CPU's vector unit or the GPU
+    assert record["git_commit"] and isinstance(record["dirty"], bool) and record["torch"]
+    assert record.get("cpu_capability") or record.get("gpu")
+    # the notebook says where its verdict went, never the staging folder
+    text = (folder / f"{CHAPTER}.ipynb").read_text()
+    # (a run folder outside the project, as here, is named by no path)
+    assert f"Verdict written to {CHAPTER}.json, beside this notebook" in text
+    assert "staging" not in text and str(cli.STAGING_DIR) not in text
+    assert "without encryption" not in result.stderr  # the kernel's TCP warning is filtered
+    assert book_digest() == before
+    assert not list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*")), "staging folder left behind"
+
+
+def test_overrides_get_their_own_run_folder():
+    plain = cli.run_folder(CHAPTER, "smoke", {})
+    a = cli.run_folder(CHAPTER, "cpu", {"iterations": 10})
+    assert plain.name == "smoke" and a.name.startswith("cpu-") and len(a.name) == len("cpu-") + 8
+    assert a != cli.run_folder(CHAPTER, "cpu", {"iterations": 11})
+    assert not a.resolve().is_relative_to(BOOK_DIR.resolve())
+
+
+def test_a_notebook_executed_by_hand_leaves_the_book_byte_identical(monkeypatch, tmp_path, capsys):
+    """As in Jupyter or papermill by hand: no REPLICATE_RESULTS_DIR, the verdict goes to a scratch
+    run folder and the notebook says where."""
+    monkeypatch.delenv("REPLICATE_RESULTS_DIR")
+    monkeypatch.delenv("REPLICATE_RESULTS_SHOWN", raising=False)
+    monkeypatch.setenv("REPLICATE_RUNS_DIR", str(tmp_path / "runs"))
+    before = book_digest()
+    run = ChapterRun(CHAPTER, "smoke", presets.load_preset(CHAPTER, "smoke"), {})
+    run.verdict([claim("a", True, 1.0, "x"), report("b", 2.0, "y")])
+    path = Path(run.save())
+    assert path == tmp_path / "runs" / CHAPTER / "interactive" / f"{CHAPTER}.json"
+    assert f"Verdict written to {path}" in capsys.readouterr().out
+    assert book_digest() == before
+
+
+def _old_pair(tmp_path):
+    src_nb, src_json = tmp_path / "new.ipynb", tmp_path / "new.json"
+    src_nb.write_text("new notebook"), src_json.write_text("new verdict")
+    claims, results = tmp_path / "claims", tmp_path / "results"
+    claims.mkdir(), results.mkdir()
+    (claims / "c.ipynb").write_text("old notebook"), (results / "c.json").write_text("old verdict")
+    return [(src_json, results / "c.json"), (src_nb, claims / "c.ipynb")], claims, results
+
+
+def test_publishing_swaps_both_files(tmp_path):
+    pairs, claims, results = _old_pair(tmp_path)
+    cli.publish_together(pairs)
+    assert (results / "c.json").read_text() == "new verdict"
+    assert (claims / "c.ipynb").read_text() == "new notebook"
+    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == ["c.ipynb", "c.json"]
+
+
+def test_a_failure_between_the_two_moves_keeps_both_old_files_and_no_temp_file(tmp_path, monkeypatch):
+    pairs, claims, results = _old_pair(tmp_path)
+    real, calls = os.replace, []
+
+    def second_fails(src, dest):
+        calls.append(dest)
+        if len(calls) == 2:
+            raise PermissionError(13, "Permission denied", str(dest))
+        return real(src, dest)
+
+    monkeypatch.setattr(cli.os, "replace", second_fails)
+    with pytest.raises(cli.PublishError, match="Permission denied"):
+        cli.publish_together(pairs)
+    assert (results / "c.json").read_text() == "old verdict"
+    assert (claims / "c.ipynb").read_text() == "old notebook"
+    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == ["c.ipynb", "c.json"]
+
+
+def test_run_reports_a_failed_publication_in_one_line(tmp_path, monkeypatch, capsys):
+    """The whole `run` path with the execution faked: a failed swap says `left unchanged`."""
+    import papermill
+
+    def fake_execute(src, out, **kwargs):
+        Path(out).write_text(Path(src).read_text())
+        folder = Path(os.environ["REPLICATE_RESULTS_DIR"])
+        folder.mkdir(parents=True)
+        (folder / f"{CHAPTER}.json").write_text('{"new": true}')
+
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (claims / f"{CHAPTER}.ipynb").write_text("old notebook")
+    (claims / f"{CHAPTER}.json").write_text("old verdict")
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    monkeypatch.setattr(cli, "_prepare_page", lambda *a: None)
+    real, calls = os.replace, []
+
+    def second_fails(src, dest):
+        calls.append(dest)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dest)
+
+    monkeypatch.setattr(cli.os, "replace", second_fails)
+    code = cli.main(["run", CHAPTER, "--preset", "smoke", "--claims-dir", str(claims)])
+    err = capsys.readouterr().err
+    assert code == 1 and "could not be put in place" in err and "left unchanged" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in claims.iterdir()) == [f"{CHAPTER}.ipynb", f"{CHAPTER}.json"]
+    assert (claims / f"{CHAPTER}.json").read_text() == "old verdict"
+    assert not [p for p in cli.STAGING_DIR.glob(f"{CHAPTER}-*-{os.getpid()}-*")]
+
+
+def test_publishing_from_uncommitted_code_is_refused_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.setattr(runtime, "git_commit", lambda: "0123456789ab+dirty")
+    monkeypatch.setattr(cli, "run_chapter", lambda *a: pytest.fail("nothing may run"))
+    before = book_digest()
+    assert cli.main(["run", CHAPTER]) == 2
+    assert "--allow-dirty" in capsys.readouterr().err
+    assert book_digest() == before
+
+
+def test_a_verdict_from_uncommitted_code_says_so(monkeypatch):
+    monkeypatch.setattr(runtime, "git_commit", lambda: "0123456789ab+dirty")
+    run = ChapterRun(CHAPTER, "smoke", presets.load_preset(CHAPTER, "smoke"), {})
+    run.verdict([claim("a", True, 1.0, "x")])
+    record = json.loads(Path(run.save()).read_text())
+    assert record["dirty"] is True and record["git_commit"].endswith("+dirty")
+
+
+def test_the_dirty_check_ignores_the_books_generated_outputs():
+    for path in ("book/claims", "book/results", "book/sweeps"):
+        assert path in runtime.GENERATED_PATHS
+
+
+def test_an_unwritable_book_is_reported_before_anything_runs(monkeypatch, capsys):
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: not str(path).startswith(str(BOOK_DIR))
+                        and real(path, mode))
+    monkeypatch.setattr(runtime, "git_commit", lambda: "0123456789ab")
+    monkeypatch.setattr(cli, "run_chapter", lambda *a: pytest.fail("nothing may run"))
+    assert cli.main(["run", CHAPTER]) == 2
+    assert "book/claims is not writable" in capsys.readouterr().err
+
+
+def test_the_notebook_names_no_temporary_path_for_its_verdict(tmp_path):
+    assert cli._shown(BOOK_DIR / "results" / "c.json", BOOK_DIR / "claims") == "book/results/c.json"
+    assert cli._shown(tmp_path / "c.json", tmp_path) == "c.json, beside this notebook"
+    hidden = BOOK_DIR / "sweeps" / "c" / ".cpu-seed1.incoming-x"
+    assert cli._shown(hidden / "c.json", hidden) == "c.json, beside this notebook"
+    assert cli._shown(tmp_path / "r" / "c.json", tmp_path) == "results/c.json"
