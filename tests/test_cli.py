@@ -49,11 +49,15 @@ def test_failed_execution_leaves_the_published_chapter_byte_identical(tmp_path):
     (claims / "07_optimizers.ipynb").write_text('{"published": true}')
     (results / "07_optimizers.json").write_text('{"published": true}')
     before = tree_digest(claims), tree_digest(results)
-    # Valid type (a list of floats), but Rosenbrock needs an even dimension: fails at run time.
-    result = cli("run", "07_optimizers", "--preset", "smoke", "-p", "rosenbrock_start", "[1.0, 2.0, 3.0]",
-                 "--claims-dir", str(claims), "--results-dir", str(results), timeout=300)
+    # Every parameter passes the checks made before the kernel starts; the run itself then fails
+    # when it stores its first training run, because the run cache's folder is a file.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    env = dict(os.environ, REPLICATE_CACHE_DIR=str(blocker))
+    result = cli("run", "07_optimizers", "--preset", "smoke", "--claims-dir", str(claims),
+                 "--results-dir", str(results), timeout=300, env=env)
     assert result.returncode == 1
-    assert "failed in code cell" in result.stderr and "even number of coordinates" in result.stderr
+    assert "failed in code cell" in result.stderr and "not-a-folder" in result.stderr
     assert "left unchanged" in result.stderr
     assert (tree_digest(claims), tree_digest(results)) == before
 
