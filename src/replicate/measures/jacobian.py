@@ -183,7 +183,10 @@ def _stacked_pass(model: nn.Module, layers: list[nn.Linear], x: torch.Tensor, pr
     z = both[:n] if first.bias is None else both[:n] + first.bias
     s = torch.cat([z[None], both[n:, None, :].expand(m, n, -1)])
     for layer in layers[1:]:
-        s = s * (s[0] > 0).to(s.dtype)  # ReLU on the batch, the same pattern on the probes
+        # ReLU on the batch and x's activation pattern on the probes: s where s[0] > 0, else 0,
+        # in one fused kernel (ReLU's own backward kernel, which broadcasts s[0] over the stack;
+        # its derivative with respect to s is the same masking, and nothing flows to the pattern)
+        s = torch.ops.aten.threshold_backward(s, s[0].detach(), 0)
         s = s @ layer.weight.T
         if layer.bias is not None:  # the biases enter the network's pass only
             s = s + torch.cat([layer.bias[None], layer.bias.new_zeros(m, len(layer.bias))])[:, None]
