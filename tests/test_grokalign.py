@@ -1,4 +1,6 @@
 """The GrokAlign regulariser and the chapter's training runs."""
+import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -184,6 +186,19 @@ def test_update_costs_times_every_variant(one_thread):
     variants = {"plain": {"lam": 0.0}, "fwd": {"lam": 0.1, "estimator": "input"}}
     costs = ga.update_costs(config, variants, repeats=3, warmup=1)
     assert set(costs) == {"plain", "fwd"} and all(c > 0 for c in costs.values())
+    times = ga.update_times(config, variants, repeats=4, warmup=0)
+    assert all(len(t) == 4 for t in times.values())
+
+
+def test_paired_ratios_are_the_median_of_same_round_ratios():
+    # the load rises halfway (rounds 4-5 slower for both kinds), and a burst hits round 3's
+    # regularised update alone
+    times = {"plain": [1.0, 1.0, 1.0, 9.0, 9.0], "reg": [1.4, 1.4, 9.0, 12.6, 12.6]}
+    ratios = ga.paired_ratios(times)
+    assert ratios["plain"] == 1.0
+    assert ratios["reg"] == pytest.approx(1.4)
+    # the ratio of the two medians would be 9.0: the pairing is what this test checks
+    assert float(np.median(times["reg"]) / np.median(times["plain"])) == pytest.approx(9.0)
 
 
 def test_xor_penalty_is_the_exact_jacobian_norm():

@@ -227,3 +227,23 @@ def test_output_estimator_is_unbiased_and_exact_for_a_scalar_output():
     v = jac.output_probes(3, 1, gen, like=x)
     assert torch.allclose(jac.forward_with_vjp_norm(scalar, x, v)[1],
                           jac.frobenius_norm_exact(scalar, x) ** 2, atol=1e-10)
+
+
+def test_stacked_and_separate_passes_agree_with_per_point_signs():
+    # Probes shared by the batch travel stacked with it (`_stacked_pass`); a rank-1 subspace is the
+    # shared probe times a sign per point. Both must give the dense J(x_n) u_n, value and gradient,
+    # and the same as the separate pass (used when only some points carry the penalty).
+    for bias in (True, False):
+        model, x = _tiny(out_dim=3, bias=bias), _points(5)
+        q, z = jac.subspace_probes(2, 5, 1, 6, torch.Generator().manual_seed(3), like=x)
+        out, ju = jac.forward_with_jvp(model, x, q, mix=z)
+        assert torch.allclose(out, model(x), atol=1e-12)
+        per_point = z * q[:, 0][:, None, :]  # (m, n, d): point n's probe in projection j
+        dense = _dense_jacobians(model, x)
+        assert torch.allclose(ju, torch.einsum("nkd,mnd->mnk", dense, per_point), atol=1e-12)
+        layers = jac._relu_layers(model)
+        out_s, ju_s = jac._separate_pass(model, layers, x, q[:, 0], 5, None)
+        signed = ju_s * z
+        assert torch.allclose(out_s, out, atol=1e-12) and torch.allclose(signed, ju, atol=1e-12)
+        _same_grads(_grads(model, ju.pow(2).sum() + out.sum()),
+                    _grads(model, signed.pow(2).sum() + out_s.sum()))

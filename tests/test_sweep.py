@@ -272,3 +272,39 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
     time.sleep(0.5)
     assert _marked(sweep_id) == [], "a kernel of the cancelled sweep is still running"
     assert list(folder.iterdir()) == [], "the cancelled sweep left a (half-written) run folder"
+
+
+def test_the_local_ray_starts_lean_and_stops_without_leftovers():
+    # The sweep's own local Ray: the slots it was asked for, no autoscaler monitor and no log
+    # monitor among its processes, and nothing of it left running after the stop.
+    script = """
+import json, os, subprocess
+import ray
+from replicate.harness import sweep
+stop = sweep.start_local_ray(1)
+cpus = ray.cluster_resources().get("CPU")
+ps = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())], capture_output=True,
+                    text=True).stdout.splitlines()
+stop()
+alive = []
+for line in ps:
+    pid = int(line.split()[0])
+    try:
+        os.kill(pid, 0)
+        state = open(f"/proc/{pid}/stat").read().split()[2]
+        if state != "Z":
+            alive.append(line)
+    except OSError:
+        pass
+print(json.dumps({"cpus": cpus, "children": ps, "alive": alive}))
+"""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=PROJECT_ROOT, timeout=180, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    assert record["cpus"] == 1
+    children = " ".join(record["children"])
+    assert "raylet" in children and "gcs_server" in children  # the check sees Ray's processes
+    assert "monitor.py" not in children  # neither the autoscaler's nor the log monitor
+    assert record["alive"] == [], record["alive"]

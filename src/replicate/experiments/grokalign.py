@@ -167,14 +167,13 @@ def run_mnist(**config) -> dict:
     return cached_run("04_grokalign_mnist", key, lambda: train_mnist(config))
 
 
-def update_costs(config: dict, variants: dict[str, dict], repeats: int = 60, warmup: int = 10,
-                 statistic: str = "median") -> dict[str, float]:
-    """Seconds per update of several kinds of update, timed *interleaved* in one process: each
-    round times one update of every variant in turn (each on its own copy of the same model), so
-    that whatever else the machine is doing weighs on all of them alike. `variants` maps a name to
-    overrides of `config` (lam, reg_points, projections, estimator). Returns the median seconds
-    per variant (after `warmup` untimed rounds), or with statistic="min" the fastest update of
-    each kind, the closest to its cost on an idle core (load only ever adds time)."""
+def update_times(config: dict, variants: dict[str, dict], repeats: int = 60, warmup: int = 10
+                 ) -> dict[str, list[float]]:
+    """Seconds of each update of several kinds, timed *interleaved* in one process: each round
+    times one update of every variant (each on its own copy of the same model, the order rotated
+    from round to round), so that whatever else the machine is doing weighs on all of them alike.
+    `variants` maps a name to overrides of `config` (lam, reg_points, projections, estimator).
+    Returns, per variant, the `repeats` timed rounds in order (after `warmup` untimed ones)."""
     dev = device()
     x, y, _, _ = mnist_data(config["n_train"], config["seed"])
     xb, yb = x[:config["batch_size"]].to(dev), y[:config["batch_size"]].to(dev)
@@ -185,9 +184,11 @@ def update_costs(config: dict, variants: dict[str, dict], repeats: int = 60, war
         model = MLP(784, c["width"], c["depth"], 10, bias=c["bias"], init_scale=c["init_scale"]).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], weight_decay=c["weight_decay"])
         setups[name] = (c, model, opt, torch.Generator().manual_seed(0))
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(repeats + warmup):
-        for name, (c, model, opt, gen) in setups.items():
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            c, model, opt, gen = setups[name]
             start = time.perf_counter()
             _, loss = objective(model, xb, yb, c["loss"], c["lam"], c["reg_points"], c["projections"],
                                 gen, c.get("estimator", "vjp"), c.get("probe_rank", 1))
@@ -198,8 +199,24 @@ def update_costs(config: dict, variants: dict[str, dict], repeats: int = 60, war
                 torch.cuda.synchronize()
             if i >= warmup:
                 times[name].append(time.perf_counter() - start)
+    return times
+
+
+def update_costs(config: dict, variants: dict[str, dict], repeats: int = 60, warmup: int = 10,
+                 statistic: str = "median") -> dict[str, float]:
+    """Seconds per update of each variant (`update_times`): the median, or with statistic="min"
+    the fastest update of each kind, the closest to its cost on an idle core."""
+    times = update_times(config, variants, repeats, warmup)
     reduce = {"median": np.median, "min": np.min}[statistic]
     return {name: float(reduce(t)) for name, t in times.items()}
+
+
+def paired_ratios(times: dict[str, list[float]], baseline: str = "plain") -> dict[str, float]:
+    """Each variant's cost relative to the baseline's: the median over rounds of the ratio of the
+    two updates timed in the same round. A burst of load inflates one round's pair, not the
+    median, and a slow drift of the load cancels within each pair."""
+    base = np.asarray(times[baseline])
+    return {name: float(np.median(np.asarray(t) / base)) for name, t in times.items()}
 
 
 def step_cost(config: dict, lam: float, repeats: int = 60) -> float:
@@ -331,20 +348,22 @@ def xor_config(params: dict, lam: float, **knobs) -> dict:
 
 
 def measured_overhead(params: dict) -> dict:
-    """Seconds per update of a plain (weight decay only) update and of GrokAlign updates at the
-    largest lambda with each estimator, the chapter's first, timed interleaved in one process
-    (`update_costs`), and their ratios to the plain update; cached so that a re-execution shows
-    the same numbers."""
+    """Seconds per update (median) of a plain (weight decay only) update and of GrokAlign updates
+    at the largest lambda with each estimator, timed interleaved in one process (`update_times`),
+    and their costs relative to the plain update (`paired_ratios`); cached so that a re-execution
+    shows the same numbers."""
     lam = float(max(params["lambdas"]))
     config = {**mnist_config(params, 0.0, "mse", params["seed"]), "repeats": params["overhead_repeats"],
-              "statistic": "median, interleaved"}
+              "statistic": "median seconds; ratio: median of per-round ratios, interleaved"}
     chosen = params["estimator"]
     variants = {"plain": {"lam": 0.0}} | {name: {"lam": lam, "estimator": name}
                                           for name in [chosen] + [e for e in ESTIMATORS if e != chosen]}
 
     def measure():
-        costs = update_costs(config, variants, config["repeats"])
-        return {"seconds": costs, "ratio": {k: costs[k] / costs["plain"] for k in ESTIMATORS}}
+        times = update_times(config, variants, config["repeats"])
+        ratio = paired_ratios(times)
+        return {"seconds": {k: float(np.median(t)) for k, t in times.items()},
+                "ratio": {k: ratio[k] for k in ESTIMATORS}}
     return cached_run("04_grokalign_overhead", {**config, "lam": lam, "device": device().type}, measure)
 
 

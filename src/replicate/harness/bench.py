@@ -134,24 +134,30 @@ def pgd() -> list[dict]:
 def grokalign_step() -> list[dict]:
     """A GrokAlign update against a plain update on the seed code's 4x196 bias-free MLP at batch
     256, x8 initialisation, AdamW, MSE, the penalty on every point of the batch. The kinds of
-    update are timed interleaved in one process (`grokalign.update_costs`), so machine load weighs
-    on all alike, and each kind's fastest of 100 updates is taken (load only ever adds time). Estimators (`grokalign.objective`): "input" (the chapter's), one random-sign
-    probe in input space shared by the batch through the masked linear network; "output", random
-    signs on the logits through the narrow layers and the first layer's Gram matrix (the
-    reference's estimate without a double backward); "vjp", the double-backward reference."""
-    from ..experiments.grokalign import update_costs
+    update are timed interleaved in one process (`grokalign.update_times`, 300 rounds, the order
+    rotated each round), so machine load weighs on all alike; a kind's cost relative to the plain
+    update is the median over rounds of the ratio of the two updates of the same round
+    (`grokalign.paired_ratios`). Estimators (`grokalign.objective`): "input" (the chapter's), one
+    random-sign probe in input space shared by the batch, pushed through the masked linear
+    network stacked with the batch; "output", random signs on the logits through the narrow
+    layers and the first layer's Gram matrix (the reference's estimate without a double
+    backward); "vjp", the double-backward reference."""
+    import os
+
+    from ..experiments.grokalign import paired_ratios, update_times
 
     config = dict(n_train=1024, seed=0, width=196, depth=4, bias=False, init_scale=8.0, lr=1e-3,
                   weight_decay=0.01, batch_size=256, loss="mse", projections=1, reg_points=256)
     variants = {"plain": {"lam": 0.0}, "input": {"lam": 0.1, "estimator": "input"},
                 "output": {"lam": 0.1, "estimator": "output"}, "vjp": {"lam": 0.1, "estimator": "vjp"}}
-    costs = update_costs(config, variants, repeats=100, statistic="min")
-    plain = costs["plain"]
-    ratio = {name: costs[name] / plain for name in ("input", "output", "vjp")}
+    load = os.getloadavg()[0]
+    times = update_times(config, variants, repeats=300, warmup=20)
+    ratio = paired_ratios(times)
+    plain = float(np.median(times["plain"]))
     what = {"input": "input-space probe shared by the batch (chapter's)",
             "output": "signs on the logits, Gram matrix, one backward",
             "vjp": "signs on the logits, double backward (reference)"}
-    rows = [row("plain update (4x196 MLP, batch 256)", plain * 1e3, "ms")]
+    rows = [row(f"plain update (4x196 MLP, batch 256; load average {load:.1f})", plain * 1e3, "ms")]
     for name in ("input", "output", "vjp"):
         rows.append(row(f"GrokAlign update / plain update, {what[name]}, all 256 points", ratio[name],
                         "x", 2.8, higher_is_better=False, target="<= 1.5x", met=ratio[name] <= 1.5))
@@ -230,61 +236,99 @@ def intrinsic_dimension() -> list[dict]:
             row("TwoNN, 2,000 x 256", median_seconds(lambda: twonn_dimension(x)), "s")]
 
 
-@benchmark
-def sweep_overhead() -> list[dict]:
-    """Four equal chapter-07 smoke executions (iterations 200-203, so that none comes from the
-    run cache), one thread each: one after another as `run` does them (before and after the
-    sweeps, averaged, as the machine's load drifts), as a Ray sweep with 1 slot and with 2 slots.
-    Ray's overhead per task = (1-slot sweep's wall time - the time its tasks spent executing
-    their chapter) / 4: starting and stopping the local Ray, scheduling, worker start-up."""
-    import os
-    import tempfile
+SWEEP_VALUES = (200, 201, 202, 203)  # chapter 07's iterations: four equal tasks, none cached
 
+
+def sweep_arm(kind: str, slots: int, folder: str) -> dict:
+    """One arm of `sweep_overhead`, run in a fresh process: the four chapter-07 smoke tasks one
+    after another (`kind` "sequential", as `run` executes chapters) or as a Ray sweep with
+    `slots` slots. Returns what the process spent where (seconds)."""
+    import os
+
+    started = time.perf_counter()
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1",
+                      REPLICATE_CACHE_DIR=str(Path(folder) / "cache"))
     from . import presets
     from .cli import run_chapter
     from .sweep import Task, run_sweep
 
-    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
     chapter = presets.get_chapter("07_optimizers")
-    tasks = [Task(chapter.name, "smoke", (("iterations", v), ("seed", 0))) for v in (200, 201, 202, 203)]
+    tasks = [Task(chapter.name, "smoke", (("iterations", v), ("seed", 0))) for v in SWEEP_VALUES]
+    record = {"imports_s": time.perf_counter() - started}
+    if kind == "sequential":
+        record["tasks_s"] = []
+        for task in tasks:
+            begun = time.perf_counter()
+            ok, message = run_chapter(chapter, "smoke", task.params, Path(folder), Path(folder))
+            if not ok:
+                raise RuntimeError(message)
+            record["tasks_s"].append(time.perf_counter() - begun)
+        return record
+    begun = time.perf_counter()
+    import ray  # noqa: F401  (the sweep command pays this import; so does this arm)
+
+    record["ray_import_s"] = time.perf_counter() - begun
+    outcome = run_sweep(tasks, Path(folder), workers=slots, quiet=True, threads=1, retries=0)
+    if outcome["failed"]:
+        raise RuntimeError(outcome["failed"][0]["error"])
+    record.update(tasks_s=[d["duration_s"] for d in outcome["done"]], ray_start_s=outcome["ray_start_s"],
+                  ray_stop_s=outcome["ray_stop_s"], sweep_s=outcome["wall_s"])
+    return record
+
+
+def _timed_arm(kind: str, slots: int, folder: Path) -> dict:
+    """Run one arm in a fresh Python process; its wall time is measured from outside, so both
+    arms pay the same interpreter start and imports, and the sweep its Ray import, start and
+    stop."""
+    folder.mkdir(parents=True)
+    code = ("import json; from replicate.harness.bench import sweep_arm; "
+            f"print(json.dumps(sweep_arm({kind!r}, {slots}, {str(folder)!r})))")
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"{kind} arm failed: {result.stderr.strip()[-500:]}")
+    return {**json.loads(result.stdout.strip().splitlines()[-1]), "wall_s": wall}
+
+
+@benchmark
+def sweep_overhead() -> list[dict]:
+    """Four equal chapter-07 smoke executions (iterations 200-203, so that none comes from the
+    run cache), one thread each, every arm a fresh Python process timed from outside: one after
+    another as `run` executes them (before and after the sweeps, averaged, as the machine's load
+    drifts), and as a Ray sweep with 1 slot and with 2 slots, Ray's import, start and stop
+    included. Ray's overhead per task = the 1-slot sweep's time outside its tasks' execution,
+    less the same for the one-after-another process (interpreter, imports), divided by 4."""
+    import os
+    import tempfile
+
     loads = [os.getloadavg()[0]]
-
     with tempfile.TemporaryDirectory(prefix="replicate-bench-sweep-") as scratch:
-        def fresh(name):
-            os.environ["REPLICATE_CACHE_DIR"] = str(Path(scratch) / name / "cache")
-            return Path(scratch) / name
-
-        def one_after_another(name):
-            folder = fresh(name)
-            started = time.perf_counter()
-            for task in tasks:
-                ok, message = run_chapter(chapter, "smoke", task.params, folder, folder)
-                if not ok:
-                    raise RuntimeError(message)
-            return time.perf_counter() - started
-
-        def swept(slots):
-            outcome = run_sweep(tasks, fresh(f"ray{slots}"), workers=slots, quiet=True, threads=1,
-                                retries=0)
-            if outcome["failed"]:
-                raise RuntimeError(outcome["failed"][0]["error"])
-            return outcome["wall_s"], sum(d["duration_s"] for d in outcome["done"])
-
-        before = one_after_another("before")
-        wall1, executing1 = swept(1)
-        wall2, _ = swept(2)
-        after = one_after_another("after")
+        before = _timed_arm("sequential", 1, Path(scratch) / "before")
+        one = _timed_arm("sweep", 1, Path(scratch) / "ray1")
+        two = _timed_arm("sweep", 2, Path(scratch) / "ray2")
+        after = _timed_arm("sequential", 1, Path(scratch) / "after")
     loads.append(os.getloadavg()[0])
-    sequential = (before + after) / 2
-    overhead = (wall1 - executing1) / len(tasks)
-    ratio = wall2 / sequential
+    sequential = (before["wall_s"] + after["wall_s"]) / 2
+    outside = lambda arm: arm["wall_s"] - sum(arm["tasks_s"])  # noqa: E731
+    overhead = (outside(one) - (outside(before) + outside(after)) / 2) / len(SWEEP_VALUES)
+    ratio = two["wall_s"] / sequential
+    task_seq = sum(before["tasks_s"] + after["tasks_s"]) / (2 * len(SWEEP_VALUES))
     note = f"load average {loads[0]:.1f} then {loads[1]:.1f} on {os.cpu_count()} cores"
     return [row(f"four chapter-07 smoke runs one after another ({note})", sequential, "s"),
             row("Ray overhead per task (1-slot sweep, outside the chapters' execution)", overhead, "s",
                 target="<= 5 s", met=overhead <= 5),
-            row("1-slot Ray sweep of the four / one after another", wall1 / sequential, "x"),
+            row("1-slot Ray sweep of the four / one after another", one["wall_s"] / sequential, "x"),
             row("2-slot Ray sweep of the four / one after another", ratio, "x", higher_is_better=False,
-                target="<= 0.65x", met=ratio <= 0.65)]
+                target="<= 0.65x", met=ratio <= 0.65),
+            # Where the 2-slot sweep's time goes, beside one task run on its own.
+            row("  one task, one after another (mean)", task_seq, "s"),
+            row("  one task, two side by side in the 2-slot sweep (mean)",
+                sum(two["tasks_s"]) / len(two["tasks_s"]), "s"),
+            row("  2-slot sweep: import ray", two["ray_import_s"], "s"),
+            row("  2-slot sweep: start the local Ray", two["ray_start_s"], "s"),
+            row("  2-slot sweep: stop it", two["ray_stop_s"], "s"),
+            row("  2-slot sweep: the package's imports", two["imports_s"], "s")]
 
 
 def _run_in_child(name: str) -> list[dict]:

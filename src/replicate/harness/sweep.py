@@ -36,7 +36,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import presets
 from ..runtime import BOOK_DIR, PROJECT_ROOT
@@ -263,6 +263,45 @@ def default_workers() -> int:
     return max(1, (os.cpu_count() or 1) // THREADS_PER_CHAPTER)
 
 
+RAY_INIT = dict(log_to_driver=False, configure_logging=True, logging_level="ERROR")
+
+
+def start_local_ray(slots: int) -> Callable[[], None]:
+    """Start a Ray on this machine with `slots` CPU slots and connect to it; returns the function
+    that stops it.
+
+    `ray.init(num_cpus=...)` also starts Ray's autoscaler monitor and its log monitor, two Python
+    processes a sweep on one machine has no use for (nothing to autoscale; the workers' output is
+    not forwarded). On a small machine their start-up competes for the cores with the raylet's
+    agents, which `ray.init` waits for, and they add a second or more to the start. With the
+    pinned Ray we start the head node without them, through the same `Node` class that
+    `ray.init` uses, and connect to it; should that internal API change, plain `ray.init`."""
+    import ray
+
+    try:
+        from ray._private.node import Node
+        from ray._private.parameter import RayParams
+
+        params = RayParams(num_cpus=slots, include_dashboard=False, no_monitor=True,
+                           include_log_monitor=False)
+        node = Node(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
+    except Exception:  # another Ray version: the documented start
+        ray.init(num_cpus=slots, include_dashboard=False, **RAY_INIT)
+        return ray.shutdown
+    try:
+        ray.init(address=node.address, **RAY_INIT)
+    except BaseException:
+        node.kill_all_processes(check_alive=False, allow_graceful=False)
+        raise
+
+    def stop() -> None:
+        try:
+            ray.shutdown()
+        finally:
+            node.kill_all_processes(check_alive=False, allow_graceful=True)
+    return stop
+
+
 def run_sweep(tasks: list[Task], sweeps_dir: Path | str = SWEEPS_DIR, workers: int | None = None,
               address: str | None = None, retries: int = RETRIES, quiet: bool = False,
               threads: int | None = None) -> dict:
@@ -284,13 +323,13 @@ def run_sweep(tasks: list[Task], sweeps_dir: Path | str = SWEEPS_DIR, workers: i
     path = os.environ.get("PYTHONPATH", "")
     if src not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = src + (os.pathsep + path if path else "")
-    init = dict(include_dashboard=False, log_to_driver=False, configure_logging=True,
-                logging_level="ERROR")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report from a sweep
     if address:
-        ray.init(address=address, **init)
+        ray.init(address=address, include_dashboard=False, **RAY_INIT)
+        stop_ray = ray.shutdown
     else:
         workers = workers or default_workers()
-        ray.init(num_cpus=workers, **init)
+        stop_ray = start_local_ray(workers)
     ray_started = time.perf_counter() - started
     done: list[dict] = []
     failed: list[dict] = []
@@ -356,16 +395,18 @@ def run_sweep(tasks: list[Task], sweeps_dir: Path | str = SWEEPS_DIR, workers: i
         finally:
             bar.close()
     finally:
+        stopping = time.perf_counter()
         try:
-            ray.shutdown()
+            stop_ray()
         finally:
+            ray_stopped = time.perf_counter() - stopping
             # Kernels outlive a killed worker for a moment: kill them, then their half-written
             # folders (a kernel still writing would otherwise recreate a file after the removal).
             if not address:
                 _kill_marked(sweep_id)
             _remove_incoming(sweeps_dir, tasks, sweep_id)
-    return {"done": done, "failed": failed, "ray_start_s": ray_started, "threads": threads,
-            "workers": workers, "wall_s": time.perf_counter() - started}
+    return {"done": done, "failed": failed, "ray_start_s": ray_started, "ray_stop_s": ray_stopped,
+            "threads": threads, "workers": workers, "wall_s": time.perf_counter() - started}
 
 
 # --------------------------------------------------------------------------------------------

@@ -156,19 +156,55 @@ def forward_with_jvp(model: nn.Module, x: torch.Tensor, probes: torch.Tensor, po
     projection and point n's j-th probe is sum_i mix[j, n, i] probes[j, i] (`subspace_probes`)."""
     layers = _relu_layers(model)
     points = len(x) if points is None or points <= 0 else min(points, len(x))
-    h, v = x, None
-    for i, layer in enumerate(layers):
-        z = layer(h)
-        if v is None:  # the first layer acts on the probes alone: m r matrix-vector products
-            v = probes @ layer.weight.T
-            v = v[:, None, :] if mix is None else mix[:, :points] @ v
-        else:  # the probes' pass: the same weights, no bias
-            v = v @ layer.weight.T
-        if i == len(layers) - 1:
-            return z, v.expand(v.shape[0], points, -1) if v.shape[1] == 1 else v
-        v = v * (z[:points] > 0).to(z.dtype)  # x's activation pattern (no gradient through it)
-        h = model.act(z)
-    raise AssertionError("unreachable")
+    # Rank 1 (one probe per projection, shared up to a sign per point): the pass is linear in the
+    # probe, so J(s u) = s J(u); push u alone and apply the points' signs to the k outputs at the
+    # end (exact: a sign flip is exact in floating point).
+    signs = None
+    if mix is not None and mix.shape[-1] == 1:
+        probes, signs, mix = probes[:, 0], mix[:, :points], None
+    if mix is None and points == len(x):
+        out, v = _stacked_pass(model, layers, x, probes)
+    else:
+        out, v = _separate_pass(model, layers, x, probes, points, mix)
+    if signs is not None:
+        v = v * signs
+    return out, v
+
+
+def _stacked_pass(model: nn.Module, layers: list[nn.Linear], x: torch.Tensor, probes: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probes shared by the whole batch: the first layer takes them as extra rows of the batch
+    (one product), then the batch and its m probe passes travel stacked, shape (1 + m, n, width):
+    one product per layer, and one mask, x's activation pattern, for the ReLU and the probes
+    alike. Returns (f(x), J(x_n) u_j of shape (m, n, k))."""
+    n, m = len(x), len(probes)
+    first = layers[0]
+    both = torch.cat([x, probes]) @ first.weight.T
+    z = both[:n] if first.bias is None else both[:n] + first.bias
+    s = torch.cat([z[None], both[n:, None, :].expand(m, n, -1)])
+    for layer in layers[1:]:
+        # ReLU on the batch and x's activation pattern on the probes: s where s[0] > 0, else 0,
+        # in one fused kernel (ReLU's own backward kernel, which broadcasts s[0] over the stack;
+        # its derivative with respect to s is the same masking, and nothing flows to the pattern)
+        s = torch.ops.aten.threshold_backward(s, s[0].detach(), 0)
+        s = s @ layer.weight.T
+        if layer.bias is not None:  # the biases enter the network's pass only
+            s = s + torch.cat([layer.bias[None], layer.bias.new_zeros(m, len(layer.bias))])[:, None]
+    return s[0], s[1:]
+
+
+def _separate_pass(model: nn.Module, layers: list[nn.Linear], x: torch.Tensor, probes: torch.Tensor,
+                   points: int, mix: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probes' pass beside the network's, for the first `points` points; with `mix`, a probe
+    basis per projection mixed per point (`subspace_probes`)."""
+    z = layers[0](x)
+    v = probes @ layers[0].weight.T  # the first layer acts on the probes alone: m r products
+    v = v[:, None, :] if mix is None else mix[:, :points] @ v
+    for layer in layers[1:]:
+        mask = (z[:points] > 0).to(z.dtype)  # x's activation pattern (no gradient through it)
+        z = layer(model.act(z))
+        v = (v * mask) @ layer.weight.T  # the probes' pass: the same weights, no bias
+    return z, v.expand(v.shape[0], points, -1) if v.shape[1] == 1 else v
 
 
 def frobenius_sq_from_jvp(ju: torch.Tensor) -> torch.Tensor:
