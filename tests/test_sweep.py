@@ -210,18 +210,37 @@ def test_aggregate_collects_the_published_run_and_the_matching_sweep_runs(tmp_pa
 # ------------------------------------------------------------------------------- with Ray
 
 
+BREAK_ONE_VALUE = """
+# Loaded at start-up by every Python process of the test's sweep (kernels included): the chapter's
+# log-scale transform fails for one offset, a value that passes every check made before the run.
+import os
+if os.environ.get("REPLICATE_TEST_BREAK"):
+    from replicate.measures import objectives
+    _log_scale = objectives.log_scale
+    def log_scale(g, c):
+        if c == float(os.environ["REPLICATE_TEST_BREAK"]):
+            raise ValueError(f"deliberate failure for log offset {c:g}")
+        return _log_scale(g, c)
+    objectives.log_scale = log_scale
+"""
+
+
 def test_a_failing_task_is_retried_reported_and_does_not_stop_the_others(tmp_path):
     sweeps, results = tmp_path / "sweeps", tmp_path / "results"
-    # Rosenbrock needs an even number of coordinates: the second value fails at run time.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(BREAK_ONE_VALUE)
+    env = dict(os.environ, REPLICATE_TEST_BREAK="2e-08",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
     result = cli("sweep", "07_optimizers", "--seeds", "0", "--preset", "smoke", "--workers", "2",
-                 "-p", "rosenbrock_start", "[-2.0, 2.0],[1.0, 2.0, 3.0]",
-                 "--sweeps-dir", str(sweeps), "--results-dir", str(results))
+                 "-p", "log_offset", "1e-8,2e-8",
+                 "--sweeps-dir", str(sweeps), "--results-dir", str(results), env=env)
     assert result.returncode == 1, result.stdout + result.stderr
-    bad = "smoke-seed0-rosenbrock_start1.0_2.0_3.0"
-    assert f"{bad} failed after 2 attempts" in result.stderr
-    assert "failed in code cell" in result.stderr and "even number of coordinates" in result.stderr
+    bad = "smoke-seed0-log_offset2e-08"
+    assert f"{bad} failed after 2 attempts" in result.stderr, result.stderr
+    assert "failed in code cell" in result.stderr and "deliberate failure" in result.stderr
     folder = sweeps / "07_optimizers"
-    good = folder / "smoke-seed0"  # the preset's own start: no override in the id
+    good = folder / "smoke-seed0"  # the preset's own offset: no override in the id
     assert (good / "07_optimizers.ipynb").exists() and (good / "07_optimizers.json").exists()
     task = json.loads((good / "task.json").read_text())
     assert task["threads"] == max(1, (os.cpu_count() or 1) // 2)
@@ -229,7 +248,7 @@ def test_a_failing_task_is_retried_reported_and_does_not_stop_the_others(tmp_pat
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]
     seeds = json.loads((results / "07_optimizers.seeds.json").read_text())
     assert seeds["preset"] == "smoke" and seeds["seeds"] == [0]
-    grouped = json.loads((folder / "smoke-rosenbrock_start1.0_2.0_3.0.seeds.json").read_text())
+    grouped = json.loads((folder / "smoke-log_offset2e-08.seeds.json").read_text())
     assert grouped["n"] == 0 and grouped["failed"][0]["seed"] == 0
 
 
