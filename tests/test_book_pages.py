@@ -18,7 +18,7 @@ SEEDS = {"chapter": "07_optimizers", "preset": "cpu", "overrides": {}, "seeds": 
                     {"name": "sgd does not", "kind": "claim", "k": 1, "n": 3,
                      "per_seed": {"0": False, "1": True, "2": False}}],
          "values": [{"check": "adam reaches it", "key": None, "n": 3, "mean": 0.02, "sd": 0.01,
-                     "ci95": [-0.005, 0.045], "per_seed": {"0": 0.01, "1": 0.02, "2": 0.03}}],
+                     "ci95": [-0.005, 0.045], "median": 0.02, "range": [0.01, 0.03], "per_seed": {"0": 0.01, "1": 0.02, "2": 0.03}}],
          "runs": [], "failed": []}
 
 
@@ -73,6 +73,7 @@ def test_across_seeds_shows_k_of_n_failing_seeds_and_the_spread():
     assert "not robust: 1/3 seeds reproduce" in text
     assert "| sgd does not | claim | 1/3 (fails for seed 0, 2) |" in text
     assert "0.02 ± 0.01" in text and "[-0.005, 0.045]" in text
+    assert "0.02 [0.01, 0.03]" in text  # median [range]
 
 
 def test_across_seeds_says_when_the_seed_changes_nothing_and_names_unmatched_checks():

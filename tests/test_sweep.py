@@ -138,6 +138,7 @@ def test_aggregation_numbers_against_a_hand_made_example():
     assert value["sd"] == pytest.approx(math.sqrt(7 / 3), rel=1e-5)
     assert value["ci95"] == pytest.approx([7 / 3 - 3.794583, 7 / 3 + 3.794583], rel=1e-5)
     assert value["per_seed"] == {"0": 1.0, "1": 2.0, "2": 4.0}
+    assert value["median"] == 2.0 and value["range"] == [1.0, 4.0]
     # dict-valued ours: one entry per numeric key; lists and strings are skipped
     keyed = [v for v in agg["values"] if v["check"] == "b"]
     assert [v["key"] for v in keyed] == ["low"] and keyed[0]["mean"] == pytest.approx(14 / 3, rel=1e-5)
@@ -327,3 +328,10 @@ print(json.dumps({"cpus": cpus, "children": ps, "alive": alive}))
     assert "raylet" in children and "gcs_server" in children  # the check sees Ray's processes
     assert "monitor.py" not in children  # neither the autoscaler's nor the log monitor
     assert record["alive"] == [], record["alive"]
+
+
+def test_summarise_median_and_range_for_even_and_single_counts():
+    assert sweep.summarise([4.0, 1.0, 3.0, 2.0])["median"] == 2.5
+    one = sweep.summarise([1.69])
+    assert (one["median"], one["range"], one["sd"]) == (1.69, [1.69, 1.69], None)
+    assert sweep.summarise([])["median"] is None

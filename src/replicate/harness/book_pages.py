@@ -102,8 +102,10 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
              f"{seeds['n'] - 1} more seed{'s' if seeds['n'] != 2 else ''} at preset "
              f"`{seeds['preset']}`: {seeds_summary(seeds)}. A claim counts as robust when each "
              f"of its claim checks passes in at least 80% of the seeds. Numbers are the mean, "
-             f"the standard deviation and the {seeds['interval']}.", "",
-             "| Check | Kind | Seeds passing | Mean ± s.d. | 95% interval |", "|---|---|---|---|---|"]
+             f"the standard deviation, the {seeds['interval']}, and the median with the "
+             f"range over the seeds.", "",
+             "| Check | Kind | Seeds passing | Mean ± s.d. | 95% interval | Median [range] |",
+             "|---|---|---|---|---|---|"]
     values: dict[str, list[dict]] = {}
     for v in seeds.get("values", []):
         values.setdefault(v["check"], []).append(v)
@@ -120,8 +122,11 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
             mean += " (identical in every seed)"
         interval = "; ".join(f"[{v['ci95'][0]:.3g}, {v['ci95'][1]:.3g}]" for v in spread
                              if v.get("ci95"))
+        median = "; ".join(f"{v['median']:.3g} [{v['range'][0]:.3g}, {v['range'][1]:.3g}]"
+                           for v in spread if v.get("median") is not None)
         cell = c["name"].replace("|", "\\|")
-        lines.append(f"| {cell} | {c['kind']} | {k} | {mean or '—'} | {interval or '—'} |")
+        lines.append(f"| {cell} | {c['kind']} | {k} | {mean or '—'} | {interval or '—'} "
+                     f"| {median or '—'} |")
     for f in seeds.get("failed", []):
         lines += ["", f"A run failed to execute and is not among the seeds above: seed "
                       f"{f.get('seed')} ({f.get('error') or 'no message'})."]

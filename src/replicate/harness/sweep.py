@@ -499,19 +499,24 @@ def _is_number(value: Any) -> bool:
 
 
 def summarise(values: list[float]) -> dict:
-    """Mean, sample standard deviation and the 95% Student-t interval of the mean."""
+    """Mean, sample standard deviation and the 95% Student-t interval of the mean; with them the
+    median and the range, which is how the papers report a handful of seeds."""
     n = len(values)
     if n == 0:
-        return {"n": 0, "mean": None, "sd": None, "ci95": None}
+        return {"n": 0, "mean": None, "sd": None, "ci95": None, "median": None, "range": None}
     mean = sum(values) / n
+    ordered = sorted(values)
+    half_n = n // 2
+    median = ordered[half_n] if n % 2 else (ordered[half_n - 1] + ordered[half_n]) / 2
+    spread = {"median": _round(median), "range": [_round(ordered[0]), _round(ordered[-1])]}
     if n < 2:
-        return {"n": 1, "mean": _round(mean), "sd": None, "ci95": None}
+        return {"n": 1, "mean": _round(mean), "sd": None, "ci95": None, **spread}
     from scipy.stats import t
 
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     return {"n": n, "mean": _round(mean), "sd": _round(sd),
-            "ci95": [_round(mean - half), _round(mean + half)]}
+            "ci95": [_round(mean - half), _round(mean + half)], **spread}
 
 
 def _round(value: float) -> float:
