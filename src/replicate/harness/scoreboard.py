@@ -103,6 +103,8 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
         lines += ["  - caption: Claims", "    chapters:"]
         lines += [f"      - file: book/claims/{ch}" for ch in executed]
     lines += ["  - caption: Appendix", "    chapters:", "      - file: book/judging"]
+    if (Path(toc).parent / "teaching.md").exists():
+        lines.append("      - file: book/teaching")
     if (Path(toc).parent / "benchmarks.json").exists():
         lines.append("      - file: book/benchmarks")
     lines.append("      - file: book/references")
@@ -134,4 +136,123 @@ def write_judging(judging_dir: Path, page: Path) -> Path:
         if (Path(judging_dir) / f"{ch}.md").exists():
             parts += ["", f"```{{include}} judging/{ch}.md", "```"]
     page.write_text("\n".join(parts) + "\n")
+    return page
+
+
+# The order we suggest for a course, and why (the teaching page's prose; runtimes come from files).
+COURSE_ORDER = [
+    ("07_optimizers", "no network at all: optimisers on two-dimensional landscapes, a minute at "
+                      "`cpu`. It introduces learning-rate grids and what \"reaching a minimum\" "
+                      "means."),
+    ("03_centroid_ntk", "one small ReLU network trained twice, lazy and rich: the vocabulary of "
+                        "feature learning (NTK, alignment) the later chapters lean on."),
+    ("01_delayed_robustness", "grokking on MNIST, seen through adversarial robustness and the "
+                              "local complexity of the network's linear regions."),
+    ("02_region_migration", "the same trained network as chapter 01 (read from the run cache), "
+                            "now looking at where its linear regions sit."),
+    ("05_slingshot_hessian", "modular addition, the classic grokking task: loss spikes and the "
+                             "Hessian's spectrum along one run."),
+    ("06_intrinsic_dimension", "the same task over several training fractions: how the "
+                               "representations' dimension moves and how the time to generalise "
+                               "grows as data shrink."),
+    ("04_grokalign_speedup", "a regulariser built on the Jacobian ideas of chapters 01-03 that "
+                             "makes grokking come sooner; the longest run of the book."),
+    ("08_predicting_grokking", "a synthesis: many short runs of chapter 05's task, and a "
+                               "prediction of grokking made from the early loss curve."),
+]
+
+TEACHING_HEADER = """# Teaching with this book
+
+Every chapter is one notebook in `notebooks/` that a student can open in JupyterLab (`make lab`
+installs it into the project's environment and opens that folder), change in its `parameters`
+cell and run top to bottom. Each chapter ends with *Try this*: two to four exercises, each with a
+collapsible solution giving the command we ran and what we measured, and one conceptual question
+with a worked answer.
+
+## Prerequisites
+
+- Python and NumPy; enough PyTorch to read a training loop (modules, autograd, an optimiser).
+- Linear algebra: inner products, eigenvalues of a symmetric matrix, the Jacobian of a map.
+- Gradient descent and its variants (momentum, Adam) at the level of an introductory ML course.
+- Some statistics for chapters 06 and 08: a least-squares fit, a ROC curve and its AUROC.
+
+No GPU is needed: every exercise below runs on a laptop's CPU.
+
+## A suggested order
+
+"""
+
+
+def exercise_labels(notebook: Path) -> list[tuple[str, str]]:
+    """(label, title) of each exercise in a chapter notebook's markdown, in order."""
+    import re
+
+    nb = json.loads(Path(notebook).read_text())
+    found = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        for m in re.finditer(r"^```\{exercise\}[ \t]*(.*)\n((?::[^\n]*\n)*)", text, re.M):
+            label = re.search(r"^:label:\s*(\S+)", m.group(2), re.M)
+            if label:
+                found.append((label.group(1), m.group(1).strip()))
+    return found
+
+
+def _seconds(record: dict | None) -> str:
+    if record is None:
+        return "not yet run"
+    return _runtime(record)
+
+
+def render_teaching(results_dir: Path, smoke_dir: Path) -> str:
+    chapters = presets.chapters()
+    lines = [TEACHING_HEADER]
+    for i, (name, why) in enumerate(COURSE_ORDER, 1):
+        if name in chapters:
+            lines.append(f"{i}. {{doc}}`{chapters[name].title} <claims/{name}>`: {why}")
+    lines += ["", "Chapter 02 reuses the network chapter 01 trained, so run 01 first: 02 then "
+              "takes a fraction of its time. Chapters 05, 06 and 08 share one task and one model "
+              "and can be taught as a block.", "",
+              "## What each chapter costs",
+              "",
+              "The time each chapter's notebook took, as recorded in its results file when it "
+              "last ran, one thread per process: at `smoke` (seconds; every cell runs but the "
+              "runs are too short to show the claim) and at `cpu` (the preset the book shows). "
+              "Starting the kernel adds a few seconds. On a laptop with other work running, "
+              "expect up to twice as long.", "",
+              "| Chapter | `smoke` | `cpu` | Exercises |", "|---|---|---|---|"]
+    for name, ch in chapters.items():
+        cpu = load_json(Path(results_dir) / f"{name}.json")
+        smoke = load_json(Path(smoke_dir) / f"{name}.json")
+        labels = exercise_labels(ch.notebook) if ch.notebook.exists() else []
+        exercises = ", ".join(f"{{ref}}`{label}`" for label, _ in labels) or "—"
+        lines.append(f"| {{doc}}`{ch.title} <claims/{name}>` | {_seconds(smoke)} | "
+                     f"{_seconds(cpu)} | {exercises} |")
+    lines += ["", TEACHING_LAB]
+    return "\n".join(lines) + "\n"
+
+
+TEACHING_LAB = """## A 90-minute lab
+
+Each exercise's solution states the preset its run uses and how long it took us. Those that run
+at `cpu` on the fast chapters (07 and 03) or at a shortened `smoke` on the others take one to three
+minutes each, so a 90-minute lab fits about two chapters: for example chapter 07 (read the chapter,
+run its two exercises, discuss the conceptual one: about 30 minutes) followed by chapter 03 (the
+same, about 40 minutes), leaving time to compare answers. A second lab can take chapters 01 and 02
+together, which share one trained network, or chapters 05 and 06, which share one task. The full
+`cpu` runs of chapters 04, 05 and 08 take longer than a lab allows; run them ahead of time, or
+set them as homework, and use the lab for the exercises.
+
+Runs are seeded, so a student who runs a solution's command should get numbers close to ours;
+another machine's floating-point arithmetic can move the last digits, and occasionally a
+threshold-crossing step by a little.
+"""
+
+
+def write_teaching(results_dir: Path, page: Path) -> Path:
+    """`teaching.md`: runtimes from `results/` and `results/smoke/`, exercises from the notebooks."""
+    results_dir = Path(results_dir)
+    page.write_text(render_teaching(results_dir, results_dir / "smoke"))
     return page
