@@ -102,9 +102,9 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
     if executed:
         lines += ["  - caption: Claims", "    chapters:"]
         lines += [f"      - file: book/claims/{ch}" for ch in executed]
-    lines += ["  - caption: Appendix", "    chapters:", "      - file: book/judging"]
     if (Path(toc).parent / "teaching.md").exists():
-        lines.append("      - file: book/teaching")
+        lines += ["  - caption: Teaching", "    chapters:", "      - file: book/teaching"]
+    lines += ["  - caption: Appendix", "    chapters:", "      - file: book/judging"]
     if (Path(toc).parent / "benchmarks.json").exists():
         lines.append("      - file: book/benchmarks")
     lines.append("      - file: book/references")
