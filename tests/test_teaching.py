@@ -117,10 +117,16 @@ def test_teaching_page_reads_its_runtimes_from_the_results_files(tmp_path):
     record = {"chapter": "07_optimizers", "duration_s": 1234.4, "runs": {}}
     (results / "07_optimizers.json").write_text(json.dumps(record))
     (smoke / "07_optimizers.json").write_text(json.dumps(dict(record, duration_s=56.7)))
-    page = render_teaching(results, smoke)
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    shutil.copy(presets.get_chapter("07_optimizers").notebook, claims / "07_optimizers.ipynb")
+    page = render_teaching(results, smoke, claims)
     row = next(line for line in page.splitlines() if "claims/07_optimizers" in line
                and line.startswith("|"))
-    assert "| 57 s | 1234 s |" in row and "{ref}`ex-07-" in row
+    n = len(exercise_labels(claims / "07_optimizers.ipynb"))
+    assert row.endswith(f"| 57 s | 1234 s | {n} |") and n >= 2
+    assert "<ex-07-offset>`" in page  # links only to exercises the rendered page has
+    assert "<ex-03-" not in page
     assert "not yet run" in page  # the other chapters have no results here
     for word in ("CLAIMS.md", "../shared", "issue"):
         assert word not in page
@@ -129,7 +135,8 @@ def test_teaching_page_reads_its_runtimes_from_the_results_files(tmp_path):
 def test_published_teaching_page_matches_the_results_files():
     page = PROJECT_ROOT / "book" / "teaching.md"
     results = PROJECT_ROOT / "book" / "results"
-    assert page.read_text() == render_teaching(results, results / "smoke")
+    assert page.read_text() == render_teaching(results, results / "smoke",
+                                               PROJECT_ROOT / "book" / "claims")
     for ch in CHAPTERS:
         assert (results / "smoke" / f"{ch}.json").exists(), f"no smoke runtime for {ch}"
 
@@ -160,3 +167,14 @@ def test_jupyterlab_runs_in_this_environment():
     out = subprocess.run([sys.executable, "-m", "jupyter", "lab", "--version"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "4.6.6", out.stderr
+
+
+def test_chapter_box_states_the_preset_and_what_a_rerun_costs():
+    from replicate.harness.book_pages import verdict_box
+
+    record = {"claim": "c", "checks": [], "reproduced": True, "preset": "cpu", "seed": 0,
+              "duration_s": 114.8, "device": "cpu (1 thread)", "git_commit": "abc",
+              "runs": {"reused": 1, "computed": 0}}
+    box = verdict_box(record, None, None)
+    assert "Preset `cpu`" in box and "115 s (1 of 1 runs from the cache) on cpu" in box
+    assert "115 s on" in verdict_box(dict(record, runs={"reused": 0, "computed": 2}), None, None)

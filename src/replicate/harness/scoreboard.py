@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from . import presets
-from .book_pages import _text, load_json, seeds_summary
+from .book_pages import _text, load_json, runtime_text, seeds_summary
 
 HEADER = """# Scoreboard
 
@@ -26,13 +26,7 @@ def _cell(value) -> str:
     return _text(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _runtime(record: dict) -> str:
-    """The recorded duration, flagged when training runs came from the run cache."""
-    text = f"{record['duration_s']:.0f} s"
-    runs = record.get("runs") or {}
-    if runs.get("reused"):
-        text += f" ({runs['reused']} of {runs['reused'] + runs.get('computed', 0)} runs from the cache)"
-    return text
+_runtime = runtime_text
 
 
 def load_results(results_dir: Path) -> list[dict]:
@@ -206,7 +200,9 @@ def _seconds(record: dict | None) -> str:
     return _runtime(record)
 
 
-def render_teaching(results_dir: Path, smoke_dir: Path) -> str:
+def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str:
+    """The teaching page: runtimes from the results files, exercises from the executed chapters
+    (the pages the book renders, so that every link has a target)."""
     chapters = presets.chapters()
     lines = [TEACHING_HEADER]
     for i, (name, why) in enumerate(COURSE_ORDER, 1):
@@ -223,13 +219,22 @@ def render_teaching(results_dir: Path, smoke_dir: Path) -> str:
               "Starting the kernel adds a few seconds. On a laptop with other work running, "
               "expect up to twice as long.", "",
               "| Chapter | `smoke` | `cpu` | Exercises |", "|---|---|---|---|"]
+    exercises = {}
     for name, ch in chapters.items():
-        cpu = load_json(Path(results_dir) / f"{name}.json")
-        smoke = load_json(Path(smoke_dir) / f"{name}.json")
-        labels = exercise_labels(ch.notebook) if ch.notebook.exists() else []
-        exercises = ", ".join(f"{{ref}}`{label}`" for label, _ in labels) or "—"
-        lines.append(f"| {{doc}}`{ch.title} <claims/{name}>` | {_seconds(smoke)} | "
-                     f"{_seconds(cpu)} | {exercises} |")
+        notebook = Path(claims_dir) / f"{name}.ipynb"
+        exercises[name] = exercise_labels(notebook) if notebook.exists() else []
+        lines.append(f"| {{doc}}`{ch.title} <claims/{name}>` | "
+                     f"{_seconds(load_json(Path(smoke_dir) / f'{name}.json'))} | "
+                     f"{_seconds(load_json(Path(results_dir) / f'{name}.json'))} | "
+                     f"{len(exercises[name]) or '—'} |")
+    if any(exercises.values()):
+        lines += ["", "## The exercises", "",
+                  "Each solution gives the command, the preset and how long the run took us.", ""]
+    for name, ch in chapters.items():
+        if exercises[name]:
+            links = "; ".join(f"{{ref}}`{title or label} <{label}>`"
+                              for label, title in exercises[name])
+            lines.append(f"- {ch.title.split(' · ')[0]}: {links}.")
     lines += ["", TEACHING_LAB]
     return "\n".join(lines) + "\n"
 
@@ -251,8 +256,9 @@ threshold-crossing step by a little.
 """
 
 
-def write_teaching(results_dir: Path, page: Path) -> Path:
+def write_teaching(results_dir: Path, page: Path, claims_dir: Path | None = None) -> Path:
     """`teaching.md`: runtimes from `results/` and `results/smoke/`, exercises from the notebooks."""
     results_dir = Path(results_dir)
-    page.write_text(render_teaching(results_dir, results_dir / "smoke"))
+    claims_dir = claims_dir or Path(page).parent / "claims"
+    page.write_text(render_teaching(results_dir, results_dir / "smoke", Path(claims_dir)))
     return page
