@@ -74,7 +74,8 @@ def runtime_text(record: dict) -> str:
     text = f"{record['duration_s']:.0f} s"
     runs = record.get("runs") or {}
     if runs.get("reused"):
-        text += f" ({runs['reused']} of {runs['reused'] + runs.get('computed', 0)} runs from the cache)"
+        total = runs["reused"] + runs.get("computed", 0)
+        text += f" ({runs['reused']} of {total} runs from the cache)"
     return text
 
 

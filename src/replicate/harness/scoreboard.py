@@ -241,23 +241,25 @@ def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str
 
 TEACHING_LAB = """## A 90-minute lab
 
-Each exercise's solution states the preset its run uses and how long it took us. Those that run
-at `cpu` on the fast chapters (07 and 03) or at a shortened `smoke` on the others take one to three
-minutes each, so a 90-minute lab fits about two chapters: for example chapter 07 (read the chapter,
-run its two exercises, discuss the conceptual one: about 30 minutes) followed by chapter 03 (the
-same, about 40 minutes), leaving time to compare answers. A second lab can take chapters 01 and 02
-together, which share one trained network, or chapters 05 and 06, which share one task. The full
-`cpu` runs of chapters 04, 05 and 08 take longer than a lab allows; run them ahead of time, or
-set them as homework, and use the lab for the exercises.
+Every exercise's run takes from a few seconds to about two minutes on a laptop (each solution says
+how long it took us), so a lab is paced by reading and discussion, not by computing. One plan:
+chapter 07 (read it, run its two exercises, discuss why Rprop ignores the learning rate: about 30
+minutes), then chapter 03 (two runs of about two minutes each, and Euler's identity worked on
+paper: about 40 minutes), leaving 20 minutes to compare answers. Further labs pair chapters 01 and
+02 (MNIST and the network's linear regions) and chapters 05 and 06 (one task, one model). Chapters
+04 and 08 suit a final lab or homework: their `cpu` runs are among the longest in the table above,
+so run them ahead of time and use the lab for their exercises, which start from `smoke`.
 
 Runs are seeded, so a student who runs a solution's command should get numbers close to ours;
 another machine's floating-point arithmetic can move the last digits, and occasionally a
-threshold-crossing step by a little.
+threshold-crossing step by a little. A run started with `-p` or a preset other than `cpu` does
+not replace the chapter the book shows.
 """
 
 
 def write_teaching(results_dir: Path, page: Path, claims_dir: Path | None = None) -> Path:
-    """`teaching.md`: runtimes from `results/` and `results/smoke/`, exercises from the notebooks."""
+    """`teaching.md`: runtimes from `results/` and `results/smoke/`, exercises from the
+    executed chapters in `claims_dir` (default: `claims/` next to the page)."""
     results_dir = Path(results_dir)
     claims_dir = claims_dir or Path(page).parent / "claims"
     page.write_text(render_teaching(results_dir, results_dir / "smoke", Path(claims_dir)))
