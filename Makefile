@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine (see README.md):
 #   make book   create .venv if missing, run every chapter at the cpu preset, build the HTML book
 #   make test   create .venv if missing, run the test suite (unit tests, smoke chapters, nbval)
+#   make lab    create .venv if missing, open the chapters' notebooks in JupyterLab
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ PY := $(VENV)/bin/python
 REPLICATE_DATA_DIR ?= $(CURDIR)/data
 export REPLICATE_DATA_DIR
 
-.PHONY: book test validate venv
+.PHONY: book test validate venv lab
 
 venv: $(VENV)/.installed
 
@@ -27,3 +28,8 @@ test: venv
 
 validate: venv
 	$(PY) -m replicate validate
+
+# JupyterLab on notebooks/ (pinned in pyproject.toml; installed here if an older .venv lacks it).
+lab: venv
+	$(PY) -m jupyter lab --version >/dev/null 2>&1 || $(PY) -m pip install -q "jupyterlab==4.6.6"
+	$(PY) -m jupyter lab --notebook-dir=notebooks

@@ -69,6 +69,16 @@ def seeds_summary(seeds: dict | None) -> str:
     return f"{word}: {k}/{n} seeds reproduce the whole claim"
 
 
+def runtime_text(record: dict) -> str:
+    """The recorded duration, flagged when training runs came from the run cache."""
+    text = f"{record['duration_s']:.0f} s"
+    runs = record.get("runs") or {}
+    if runs.get("reused"):
+        total = runs["reused"] + runs.get("computed", 0)
+        text += f" ({runs['reused']} of {total} runs from the cache)"
+    return text
+
+
 def verdict_box(record: dict, seeds: dict | None, judged_label: str | None) -> str:
     passed, total = claim_counts(record)
     word = "reproduced" if record["reproduced"] else "not reproduced"
@@ -77,7 +87,7 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None) -> s
              f":class: {style} verdict-box", "",
              f"**Claim.** {record['claim']}", "",
              f"**This run.** Preset `{record['preset']}`, seed {record['seed']}, "
-             f"{record['duration_s']:.0f} s on {record['device']}, code at commit "
+             f"{runtime_text(record)} on {record['device']}, code at commit "
              f"`{record['git_commit']}`. The checks are listed under *Verdict* at the end of "
              "the page.", ""]
     if seeds:

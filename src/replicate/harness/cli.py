@@ -431,8 +431,10 @@ def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> 
 
 def cmd_build(args) -> int:
     from .scoreboard import load_results, provenance, write_judging, write_scoreboard, write_toc
+    from .scoreboard import write_teaching
 
     results_dir = Path(args.results_dir)
+    write_teaching(results_dir, BOOK_DIR / "teaching.md")  # before the toc, which lists it
     write_toc(BOOK_DIR / "claims", BOOK_DIR / "_toc.yml")
     write_judging(JUDGING_DIR, BOOK_DIR / "judging.md")
     refresh_pages(results_dir)

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from . import presets
-from .book_pages import _text, load_json, seeds_summary
+from .book_pages import _text, load_json, runtime_text, seeds_summary
 
 HEADER = """# Scoreboard
 
@@ -26,13 +26,7 @@ def _cell(value) -> str:
     return _text(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _runtime(record: dict) -> str:
-    """The recorded duration, flagged when training runs came from the run cache."""
-    text = f"{record['duration_s']:.0f} s"
-    runs = record.get("runs") or {}
-    if runs.get("reused"):
-        text += f" ({runs['reused']} of {runs['reused'] + runs.get('computed', 0)} runs from the cache)"
-    return text
+_runtime = runtime_text
 
 
 def load_results(results_dir: Path) -> list[dict]:
@@ -102,6 +96,8 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
     if executed:
         lines += ["  - caption: Claims", "    chapters:"]
         lines += [f"      - file: book/claims/{ch}" for ch in executed]
+    if (Path(toc).parent / "teaching.md").exists():
+        lines += ["  - caption: Teaching", "    chapters:", "      - file: book/teaching"]
     lines += ["  - caption: Appendix", "    chapters:", "      - file: book/judging"]
     if (Path(toc).parent / "benchmarks.json").exists():
         lines.append("      - file: book/benchmarks")
@@ -134,4 +130,137 @@ def write_judging(judging_dir: Path, page: Path) -> Path:
         if (Path(judging_dir) / f"{ch}.md").exists():
             parts += ["", f"```{{include}} judging/{ch}.md", "```"]
     page.write_text("\n".join(parts) + "\n")
+    return page
+
+
+# The order we suggest for a course, and why (the teaching page's prose; runtimes come from files).
+COURSE_ORDER = [
+    ("07_optimizers", "no network at all: optimisers on two-dimensional landscapes, a minute at "
+                      "`cpu`. It introduces learning-rate grids and what \"reaching a minimum\" "
+                      "means."),
+    ("03_centroid_ntk", "one small ReLU network trained twice, lazy and rich: the vocabulary of "
+                        "feature learning (NTK, alignment) the later chapters lean on."),
+    ("01_delayed_robustness", "grokking on MNIST, seen through adversarial robustness and the "
+                              "local complexity of the network's linear regions."),
+    ("02_region_migration", "the same trained network as chapter 01 (read from the run cache), "
+                            "now looking at where its linear regions sit."),
+    ("05_slingshot_hessian", "modular addition, the classic grokking task: loss spikes and the "
+                             "Hessian's spectrum along one run."),
+    ("06_intrinsic_dimension", "the same task over several training fractions: how the "
+                               "representations' dimension moves and how the time to generalise "
+                               "grows as data shrink."),
+    ("04_grokalign_speedup", "a regulariser built on the Jacobian ideas of chapters 01-03 that "
+                             "makes grokking come sooner; the longest run of the book."),
+    ("08_predicting_grokking", "a synthesis: many short runs of chapter 05's task, and a "
+                               "prediction of grokking made from the early loss curve."),
+]
+
+TEACHING_HEADER = """# Teaching with this book
+
+Every chapter is one notebook in `notebooks/` that a student can open in JupyterLab (`make lab`
+installs it into the project's environment and opens that folder), change in its `parameters`
+cell and run top to bottom. Each chapter ends with *Try this*: two to four exercises, each with a
+collapsible solution giving the command we ran and what we measured, and one conceptual question
+with a worked answer.
+
+## Prerequisites
+
+- Python and NumPy; enough PyTorch to read a training loop (modules, autograd, an optimiser).
+- Linear algebra: inner products, eigenvalues of a symmetric matrix, the Jacobian of a map.
+- Gradient descent and its variants (momentum, Adam) at the level of an introductory ML course.
+- Some statistics for chapters 06 and 08: a least-squares fit, a ROC curve and its AUROC.
+
+No GPU is needed: every exercise below runs on a laptop's CPU.
+
+## A suggested order
+
+"""
+
+
+def exercise_labels(notebook: Path) -> list[tuple[str, str]]:
+    """(label, title) of each exercise in a chapter notebook's markdown, in order."""
+    import re
+
+    nb = json.loads(Path(notebook).read_text())
+    found = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        for m in re.finditer(r"^```\{exercise\}[ \t]*(.*)\n((?::[^\n]*\n)*)", text, re.M):
+            label = re.search(r"^:label:\s*(\S+)", m.group(2), re.M)
+            if label:
+                found.append((label.group(1), m.group(1).strip()))
+    return found
+
+
+def _seconds(record: dict | None) -> str:
+    if record is None:
+        return "not yet run"
+    return _runtime(record)
+
+
+def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str:
+    """The teaching page: runtimes from the results files, exercises from the executed chapters
+    (the pages the book renders, so that every link has a target)."""
+    chapters = presets.chapters()
+    lines = [TEACHING_HEADER]
+    for i, (name, why) in enumerate(COURSE_ORDER, 1):
+        if name in chapters:
+            lines.append(f"{i}. {{doc}}`{chapters[name].title} <claims/{name}>`: {why}")
+    lines += ["", "Chapter 02 reuses the network chapter 01 trained, so run 01 first: 02 then "
+              "takes a fraction of its time. Chapters 05, 06 and 08 share one task and one model "
+              "and can be taught as a block.", "",
+              "## What each chapter costs",
+              "",
+              "The time each chapter's notebook took, as recorded in its results file when it "
+              "last ran, one thread per process: at `smoke` (seconds; every cell runs but the "
+              "runs are too short to show the claim) and at `cpu` (the preset the book shows). "
+              "Starting the kernel adds a few seconds. On a laptop with other work running, "
+              "expect up to twice as long.", "",
+              "| Chapter | `smoke` | `cpu` | Exercises |", "|---|---|---|---|"]
+    exercises = {}
+    for name, ch in chapters.items():
+        notebook = Path(claims_dir) / f"{name}.ipynb"
+        exercises[name] = exercise_labels(notebook) if notebook.exists() else []
+        lines.append(f"| {{doc}}`{ch.title} <claims/{name}>` | "
+                     f"{_seconds(load_json(Path(smoke_dir) / f'{name}.json'))} | "
+                     f"{_seconds(load_json(Path(results_dir) / f'{name}.json'))} | "
+                     f"{len(exercises[name]) or '—'} |")
+    if any(exercises.values()):
+        lines += ["", "## The exercises", "",
+                  "Each solution gives the command, the preset and how long the run took us.", ""]
+    for name, ch in chapters.items():
+        if exercises[name]:
+            links = "; ".join(f"{{ref}}`{title or label} <{label}>`"
+                              for label, title in exercises[name])
+            lines.append(f"- {ch.title.split(' · ')[0]}: {links}.")
+    lines += ["", TEACHING_LAB]
+    return "\n".join(lines) + "\n"
+
+
+TEACHING_LAB = """## A 90-minute lab
+
+Every exercise's run takes from a few seconds to about two minutes on a laptop (each solution says
+how long it took us), so a lab is paced by reading and discussion, not by computing. One plan:
+chapter 07 (read it, run its two exercises, discuss why Rprop ignores the learning rate: about 30
+minutes), then chapter 03 (two runs of about two minutes each, and Euler's identity worked on
+paper: about 40 minutes), leaving 20 minutes to compare answers. Further labs pair chapters 01 and
+02 (MNIST and the network's linear regions) and chapters 05 and 06 (one task, one model). Chapters
+04 and 08 suit a final lab or homework: their `cpu` runs are among the longest in the table above,
+so run them ahead of time and use the lab for their exercises, which start from `smoke`.
+
+Runs are seeded, so a student who runs a solution's command should get numbers close to ours;
+another machine's floating-point arithmetic can move the last digits, and occasionally a
+threshold-crossing step by a little. A run started with `-p` or a preset other than `cpu` does
+not replace the chapter the book shows.
+"""
+
+
+def write_teaching(results_dir: Path, page: Path, claims_dir: Path | None = None) -> Path:
+    """`teaching.md`: runtimes from `results/` and `results/smoke/`, exercises from the
+    executed chapters in `claims_dir` (default: `claims/` next to the page)."""
+    results_dir = Path(results_dir)
+    claims_dir = claims_dir or Path(page).parent / "claims"
+    page.write_text(render_teaching(results_dir, results_dir / "smoke", Path(claims_dir)))
     return page
