@@ -20,7 +20,22 @@ def _kernels(pid: int) -> list[psutil.Process]:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [c for c in children if "ipykernel" in " ".join(c.cmdline())]
+    kernels = []
+    for child in children:
+        # A short-lived child (git, a shell) can exit, or be a zombie, between the two calls.
+        try:
+            if "ipykernel" in " ".join(child.cmdline()):
+                kernels.append(child)
+        except psutil.Error:
+            continue
+    return kernels
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -52,7 +67,7 @@ def test_an_interrupted_run_cleans_up_and_says_so_in_one_line(sig, tmp_path):
     assert len(lines) == 1 and "interrupted" in lines[0], stderr
     assert not staging[0].exists(), "staging folder (and the kernel's connection file) left behind"
     time.sleep(1)
-    assert not [k for k in kernels if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    assert not [k for k in kernels if _alive(k)]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -74,10 +89,10 @@ def test_a_run_killed_outright_leaves_no_kernel_and_its_folder_is_swept_next_tim
             proc.kill()
     # the kernel watches its parent and exits when it is gone
     deadline = time.time() + 15
-    while time.time() < deadline and any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE
+    while time.time() < deadline and any(_alive(k)
                                          for k in kernels):
         time.sleep(0.5)
-    assert not [k for k in kernels if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    assert not [k for k in kernels if _alive(k)]
     left = list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*"))
     assert left, "expected the killed run's staging folder"
     cli.sweep_staging()
