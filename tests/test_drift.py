@@ -2,7 +2,6 @@
 verdict within a stated tolerance."""
 import copy
 import json
-import os
 import re
 from pathlib import Path
 

@@ -31,6 +31,15 @@ def _kernels(pid: int) -> list[psutil.Process]:
     return kernels
 
 
+def _wait_for_kernels(proc: subprocess.Popen, seconds: float = 60) -> list[psutil.Process]:
+    deadline = time.time() + seconds
+    while not _kernels(proc.pid) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    kernels = _kernels(proc.pid)
+    assert kernels, "the kernel never started"
+    return kernels
+
+
 def _alive(process: psutil.Process) -> bool:
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
@@ -46,11 +55,7 @@ def test_an_interrupted_run_cleans_up_and_says_so_in_one_line(sig, tmp_path):
                              "--claims-dir", str(tmp_path / "out")], cwd=PROJECT_ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 60
-        while not _kernels(proc.pid) and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        kernels = _kernels(proc.pid)
-        assert kernels, "the kernel never started"
+        kernels = _wait_for_kernels(proc)
         staging = list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*"))
         assert len(staging) == 1 and list((staging[0] / "runtime").glob("*.json")), \
             "the kernel's connection file belongs in the staging folder"
@@ -77,11 +82,7 @@ def test_a_run_killed_outright_leaves_no_kernel_and_its_folder_is_swept_next_tim
                              "--claims-dir", str(tmp_path / "out")], cwd=PROJECT_ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 60
-        while not _kernels(proc.pid) and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        kernels = _kernels(proc.pid)
-        assert kernels, "the kernel never started"
+        kernels = _wait_for_kernels(proc)
         proc.kill()  # SIGKILL: no handler runs
         proc.wait(timeout=30)
     finally:
