@@ -29,3 +29,20 @@ def test_chapter_rows_and_page(tmp_path):
     assert rows[0]["ours"] == 2.0 and rows[-1]["met"] is True
     page = bench.render_page({"threads": 2, "rows": rows})
     assert page.startswith("# How fast is this book?") and "| chapter 07_optimizers at preset cpu | 2 |" in page
+
+
+def test_timing_one_benchmark_again_keeps_the_others(tmp_path, monkeypatch):
+    # `bench sweep_overhead` alone must not drop the rows of the benchmarks it did not run.
+    monkeypatch.setattr(bench, "BENCHMARKS", {"first": None, "second": None})
+    results = tmp_path / "benchmarks.json"
+    measured = {"first": [bench.row("first figure", 1.0, "s")], "second": [bench.row("second figure", 2.0, "s")]}
+    bench.run_benchmarks(results_file=results, runner=lambda name: measured[name])
+    measured["second"] = [bench.row("second figure", 3.0, "s")]
+    bench.run_benchmarks(["second"], results_file=results, runner=lambda name: measured[name])
+    record = json.loads(results.read_text())
+    ours = {r["figure"]: r["ours"] for r in record["rows"] if r.get("benchmark")}
+    assert ours == {"first figure": 1.0, "second figure": 3.0}
+    assert [r["benchmark"] for r in record["rows"] if r.get("benchmark")] == ["first", "second"]
+    assert set(record["measured"]) == {"first", "second"}
+    page = bench.render_page(record)
+    assert f"| {record['measured']['first']} |" in page

@@ -295,8 +295,8 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
 
 
 def test_the_local_ray_starts_lean_and_stops_without_leftovers():
-    # The sweep's own local Ray: the slots it was asked for, no autoscaler monitor and no log
-    # monitor among its processes, and nothing of it left running after the stop.
+    # The sweep's own local Ray: the slots it was asked for, no autoscaler monitor, log monitor
+    # or API server among its processes, and nothing of it left running after the stop.
     script = """
 import json, os, subprocess
 import ray
@@ -327,6 +327,7 @@ print(json.dumps({"cpus": cpus, "children": ps, "alive": alive}))
     children = " ".join(record["children"])
     assert "raylet" in children and "gcs_server" in children  # the check sees Ray's processes
     assert "monitor.py" not in children  # neither the autoscaler's nor the log monitor
+    assert "dashboard/dashboard.py" not in children  # nor the API server
     assert record["alive"] == [], record["alive"]
 
 

@@ -190,14 +190,12 @@ def _incoming(sweeps_dir: Path, task: Task, sweep_id: str) -> Path:
 def execute(task: Task, sweeps_dir: str, threads: int, sweep_id: str) -> dict:
     """Run one task: the chapter executes into a hidden folder renamed into place on success."""
     from . import cli
+    # The chapter computes in its kernel, which reads its threads from this environment; the
+    # worker only drives papermill, so it does not import torch (a second per task, on every slot).
     os.environ.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-                       "REPLICATE_THREADS": str(threads), MARKER: sweep_id})
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except ImportError:
-        pass
+                       MARKER: sweep_id})
+    if "torch" in sys.modules:  # a worker reused by other Ray work: keep its torch in line too
+        sys.modules["torch"].set_num_threads(threads)
     final = Path(sweeps_dir) / task.chapter / task.run_id
     work = _incoming(Path(sweeps_dir), task, sweep_id)
     shutil.rmtree(work, ignore_errors=True)
@@ -270,21 +268,28 @@ def start_local_ray(slots: int) -> Callable[[], None]:
     """Start a Ray on this machine with `slots` CPU slots and connect to it; returns the function
     that stops it.
 
-    `ray.init(num_cpus=...)` also starts Ray's autoscaler monitor and its log monitor, two Python
-    processes a sweep on one machine has no use for (nothing to autoscale; the workers' output is
-    not forwarded). On a small machine their start-up competes for the cores with the raylet's
-    agents, which `ray.init` waits for, and they add a second or more to the start. With the
-    pinned Ray we start the head node without them, through the same `Node` class that
-    `ray.init` uses, and connect to it; should that internal API change, plain `ray.init`."""
+    `ray.init(num_cpus=...)` also starts three Python processes a sweep on one machine has no
+    use for: the autoscaler monitor (nothing to autoscale), the log monitor (the workers' output
+    is not forwarded) and, even with `include_dashboard=False`, the API server behind the job
+    and state APIs (a sweep submits no jobs and lists no state). `ray.init` waits 1.4 s for
+    the API server to import and publish its address before it starts the raylet, and on a
+    small machine the monitors compete for the cores with the raylet's agents, which it also
+    waits for: together 2.5-3.5 s of a 10 s chapter. With the pinned Ray we start the head node
+    without them, through the same `Node` class that `ray.init` uses, and connect to it;
+    should that internal API change, plain `ray.init`."""
     import ray
 
     try:
         from ray._private.node import Node
         from ray._private.parameter import RayParams
 
+        class SweepNode(Node):
+            def start_api_server(self, *, include_dashboard, raise_on_failure):
+                pass  # see above: no job or state API on a sweep's own Ray
+
         params = RayParams(num_cpus=slots, include_dashboard=False, no_monitor=True,
                            include_log_monitor=False)
-        node = Node(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
+        node = SweepNode(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
     except Exception:  # another Ray version: the documented start
         ray.init(num_cpus=slots, include_dashboard=False, **RAY_INIT)
         return ray.shutdown
