@@ -46,3 +46,14 @@ def test_timing_one_benchmark_again_keeps_the_others(tmp_path, monkeypatch):
     assert set(record["measured"]) == {"first", "second"}
     page = bench.render_page(record)
     assert f"| {record['measured']['first']} |" in page
+
+
+def test_the_page_shows_the_chapters_current_times(tmp_path):
+    record = {"threads": 2, "measured": {"first": "2026-01-01"},
+              "rows": [{**bench.row("first figure", 1.0, "s"), "benchmark": "first"},
+                       bench.row("chapter 07_optimizers at preset cpu", 9.0, "min")]}
+    (tmp_path / "07_optimizers.json").write_text(json.dumps({"chapter": "07_optimizers", "preset": "cpu",
+                                                             "duration_s": 60.0}))
+    rows = bench.with_current_chapters(record, tmp_path)["rows"]
+    assert [r["figure"] for r in rows][:2] == ["first figure", "chapter 07_optimizers at preset cpu"]
+    assert rows[1]["ours"] == 1.0  # the chapter's time now, not the 9 min stored with the benchmarks
