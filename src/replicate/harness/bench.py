@@ -423,20 +423,18 @@ def run_benchmarks(names: list[str] | None = None, results_file: Path = RESULTS_
         print(f"benchmark {name} ...", flush=True)
         by_name[name] = [{**r, "benchmark": name} for r in runner(name)]
         measured[name] = today
-    rows = [r for n in BENCHMARKS for r in by_name[n]] + chapter_rows(BOOK_DIR / "results")
+    rows = [r for n in BENCHMARKS for r in by_name[n]]
     record = {"threads": torch.get_num_threads(), "measured": measured, "rows": rows}
     results_file.write_text(json.dumps(record, indent=2) + "\n")
-    print(format_table(rows))
+    print(format_table(rows + chapter_rows(BOOK_DIR / "results")))
     print(f"written to {results_file}")
     return rows
 
 
 def with_current_chapters(record: dict, results_dir: Path) -> dict:
-    """The record with its chapter rows read again from the chapters' results: a chapter
-    re-executed after the benchmarks ran shows its new time on the page."""
+    """The benchmarks' rows followed by the chapters' times as their results say now (read at
+    build, so a chapter re-executed after the benchmarks shows its new time)."""
     measured = [r for r in record["rows"] if r.get("benchmark")]
-    if not measured:  # a file from before rows named their benchmark: leave it as it was
-        return record
     return {**record, "rows": measured + chapter_rows(results_dir)}
 
 

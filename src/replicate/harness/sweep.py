@@ -191,11 +191,9 @@ def execute(task: Task, sweeps_dir: str, threads: int, sweep_id: str) -> dict:
     """Run one task: the chapter executes into a hidden folder renamed into place on success."""
     from . import cli
     # The chapter computes in its kernel, which reads its threads from this environment; the
-    # worker only drives papermill, so it does not import torch (a second per task, on every slot).
+    # worker only drives papermill and never needs torch (a second to import, on every slot).
     os.environ.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
                        MARKER: sweep_id})
-    if "torch" in sys.modules:  # a worker reused by other Ray work: keep its torch in line too
-        sys.modules["torch"].set_num_threads(threads)
     final = Path(sweeps_dir) / task.chapter / task.run_id
     work = _incoming(Path(sweeps_dir), task, sweep_id)
     shutil.rmtree(work, ignore_errors=True)
