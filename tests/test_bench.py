@@ -1,7 +1,7 @@
 """The benchmark bookkeeping (the timings themselves run with `python -m replicate bench`)."""
 import json
 
-from replicate.harness import bench
+from replicate.harness import bench, scoreboard
 
 
 def test_ratio_direction_and_table():
@@ -27,7 +27,7 @@ def test_chapter_rows_and_page(tmp_path):
     rows = bench.chapter_rows(tmp_path)
     assert len(rows) == 2
     assert rows[0]["ours"] == 2.0 and rows[-1]["met"] is True
-    page = bench.render_page({"threads": 2, "rows": rows})
+    page = scoreboard.render_page({"threads": 2, "rows": rows})
     assert page.startswith("# How fast is this book?") and "| chapter 07_optimizers at preset cpu | 2 |" in page
 
 
@@ -44,7 +44,7 @@ def test_timing_one_benchmark_again_keeps_the_others(tmp_path, monkeypatch):
     assert ours == {"first figure": 1.0, "second figure": 3.0}
     assert [r["benchmark"] for r in record["rows"] if r.get("benchmark")] == ["first", "second"]
     assert set(record["measured"]) == {"first", "second"}
-    page = bench.render_page(record)
+    page = scoreboard.render_page(record)
     assert f"| {record['measured']['first']} |" in page
 
 
@@ -54,6 +54,6 @@ def test_the_page_shows_the_chapters_current_times(tmp_path):
                        bench.row("chapter 07_optimizers at preset cpu", 9.0, "min")]}
     (tmp_path / "07_optimizers.json").write_text(json.dumps({"chapter": "07_optimizers", "preset": "cpu",
                                                              "duration_s": 60.0}))
-    rows = bench.with_current_chapters(record, tmp_path)["rows"]
+    rows = scoreboard.with_current_chapters(record, tmp_path)["rows"]
     assert [r["figure"] for r in rows][:2] == ["first figure", "chapter 07_optimizers at preset cpu"]
     assert rows[1]["ours"] == 1.0  # the chapter's time now, not the 9 min stored with the benchmarks

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from replicate.harness import presets
+from replicate import config as presets
 from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 HTML = PROJECT_ROOT / "_build" / "html"

@@ -1,6 +1,7 @@
 """The parts of a chapter page written from its results: verdict box, checks table, across seeds."""
 import nbformat
 
+from replicate import verdict
 from replicate.harness import book_pages, scoreboard
 
 RECORD = {"chapter": "07_optimizers", "title": "07 · Optimisers", "claim": "Adam reaches the minimum.",
@@ -22,6 +23,12 @@ SEEDS = {"chapter": "07_optimizers", "preset": "cpu", "overrides": {}, "seeds": 
          "runs": [], "failed": []}
 
 
+def _judging(tmp_path):
+    (tmp_path / "judging").mkdir(exist_ok=True)
+    (tmp_path / "judging" / "07_optimizers.md").write_text("(judging-07_optimizers)=\n")
+    return tmp_path / "judging"
+
+
 def _notebook(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# 07 · Optimisers\n\n> the claim, quoted"),
@@ -33,16 +40,16 @@ def _notebook(tmp_path):
 
 
 def test_checks_table_says_pass_fail_report_in_words_and_escapes_text():
-    table = book_pages.checks_table_html(RECORD["checks"])
+    table = verdict.checks_table_html(RECORD["checks"])
     assert table.count(">PASS<") == 1 and table.count(">FAIL<") == 1 and table.count(">REPORT<") == 1
     assert "a &lt;b&gt; discrepancy" in table and "<b>" not in table
     # Each word has its own colour.
-    assert len({book_pages.BADGE[w] for w in ("PASS", "FAIL", "REPORT")}) == 3
+    assert len({verdict.BADGE[w] for w in ("PASS", "FAIL", "REPORT")}) == 3
 
 
 def test_box_goes_right_under_the_title_and_seeds_before_try_this(tmp_path):
     path = _notebook(tmp_path)
-    assert book_pages.refresh_chapter_page(path, RECORD, None, "judging-07_optimizers")
+    assert book_pages.refresh_chapter_page(path, RECORD, None, _judging(tmp_path))
     cells = nbformat.read(path, as_version=4).cells
     assert cells[0].source == "# 07 · Optimisers"
     assert cells[1].metadata["tags"] == ["verdict-box"]
@@ -57,11 +64,11 @@ def test_box_goes_right_under_the_title_and_seeds_before_try_this(tmp_path):
 
 def test_refresh_is_idempotent_and_replaces_the_old_box(tmp_path):
     path = _notebook(tmp_path)
-    book_pages.refresh_chapter_page(path, RECORD, None)
+    book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
     first = path.read_text()
-    assert not book_pages.refresh_chapter_page(path, RECORD, None)
+    assert not book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
     assert path.read_text() == first
-    assert book_pages.refresh_chapter_page(path, dict(RECORD, reproduced=True), SEEDS)
+    assert book_pages.refresh_chapter_page(path, dict(RECORD, reproduced=True), SEEDS, tmp_path)
     cells = nbformat.read(path, as_version=4).cells
     assert len(cells) == len(nbformat.reads(first, as_version=4).cells)
     assert sum("verdict-box" in c.metadata.get("tags", []) for c in cells) == 1

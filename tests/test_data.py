@@ -125,3 +125,127 @@ def test_capacity_check_says_how_many_digits_and_where_the_training_set_goes(dat
         check_mnist_capacity(n_per_class=zeros + 12, classes=(0, 1), directory=data_dir)
     with pytest.raises(ValueError, match="asked for 5001 digits .* holds 5000"):
         check_mnist_capacity(n_train=5001, directory=data_dir)
+
+
+def test_offline_split_is_the_one_torch_randperm_gave():
+    # The split is computed with NumPy so that the pre-run checks need no torch; it must stay
+    # the permutation the published chapters were trained on.
+    from replicate.data import OFFLINE_SPLIT_SEED, _offline_order
+
+    published = torch.randperm(10_000, generator=torch.Generator().manual_seed(OFFLINE_SPLIT_SEED))
+    assert torch.equal(torch.from_numpy(_offline_order()), published)
+
+
+def _one_line_naming(err, path, what):
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and what in message, message
+
+
+def test_a_directory_in_place_of_an_mnist_file_is_refused_in_one_line(data_dir, tmp_path):
+    from replicate.data import DataFileError, check_mnist_files
+
+    raw = _copy_raw(data_dir, tmp_path)
+    bad = raw / "t10k-images-idx3-ubyte.gz"
+    bad.unlink()
+    bad.mkdir()
+    with pytest.raises(DataFileError) as err:
+        check_mnist_files(raw)
+    _one_line_naming(err, bad, "is a directory")
+    with pytest.raises(DataFileError) as err:
+        load_mnist(tmp_path, download=False, verbose=False)
+    _one_line_naming(err, bad, "is a directory")
+
+
+def test_a_named_pipe_in_place_of_an_mnist_file_is_refused_without_waiting_for_a_writer(
+        data_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    raw = _copy_raw(data_dir, tmp_path)
+    bad = raw / "t10k-labels-idx1-ubyte.gz"
+    bad.unlink()
+    os.mkfifo(bad)
+    # Opening a pipe that nobody writes to blocks forever, so the check runs in a child process
+    # that the timeout can kill; a correct check never opens the pipe and answers at once.
+    script = ("import sys; from replicate.data import DataFileError, check_mnist_files\n"
+              "try:\n    check_mnist_files(__import__('pathlib').Path(sys.argv[1]))\n"
+              "except DataFileError as err:\n    print(err); sys.exit(3)\n")
+    try:
+        result = subprocess.run([sys.executable, "-c", script, str(raw)], capture_output=True,
+                                text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the check opened the named pipe {bad} and waited for a writer")
+    assert result.returncode == 3, result.stderr
+    message = result.stdout.strip()
+    assert "\n" not in message and str(bad) in message and "is a named pipe, not a file" in message
+
+
+def test_a_named_pipe_is_refused_before_anything_opens_it(data_dir, tmp_path, monkeypatch):
+    import builtins
+    import gzip
+    import os
+
+    from replicate.data import DataFileError, check_mnist_files, training_labels
+
+    raw = _copy_raw(data_dir, tmp_path)
+    bad = raw / "t10k-labels-idx1-ubyte.gz"
+    bad.unlink()
+    os.mkfifo(bad)
+    real_open, real_gzip_open = builtins.open, gzip.open
+
+    def guarded(opener):
+        def guarded_open(file, *args, **kwargs):
+            opens_the_pipe = isinstance(file, (str, os.PathLike)) and os.fspath(file) == str(bad)
+            if opens_the_pipe:  # opening it would block this test forever
+                raise AssertionError(f"{bad} was opened")
+            return opener(file, *args, **kwargs)
+        return guarded_open
+
+    monkeypatch.setattr(builtins, "open", guarded(real_open))
+    monkeypatch.setattr(gzip, "open", guarded(real_gzip_open))
+    monkeypatch.setattr("io.open", guarded(real_open))
+    checks = (lambda: check_mnist_files(raw), lambda: training_labels(tmp_path, download=False))
+    for check in checks:
+        with pytest.raises(DataFileError) as err:
+            check()
+        _one_line_naming(err, bad, "is a named pipe, not a file")
+
+
+def test_an_unreadable_mnist_file_is_refused_in_one_line(data_dir, tmp_path, monkeypatch):
+    # Tests run as root, for whom chmod 000 still reads: os.access is made to answer as it does
+    # for an ordinary user without read permission on that one file.
+    import os
+
+    from replicate.data import DataFileError, check_mnist_files
+
+    raw = _copy_raw(data_dir, tmp_path)
+    bad = raw / "t10k-labels-idx1-ubyte.gz"
+    real_access = os.access
+    def access(path, mode, **kwargs):
+        if os.fspath(path) == str(bad) and mode & os.R_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    with pytest.raises(DataFileError) as err:
+        check_mnist_files(raw)
+    _one_line_naming(err, bad, "cannot be read: Permission denied")
+    with pytest.raises(DataFileError) as err:
+        load_mnist(tmp_path, download=False, verbose=False)
+    _one_line_naming(err, bad, "cannot be read: Permission denied")
+
+
+def test_a_file_without_read_permission_is_refused_for_an_ordinary_user(data_dir, tmp_path):
+    import os
+
+    from replicate.data import DataFileError, check_mnist_files
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads files without read permission; the test above covers this case")
+    raw = _copy_raw(data_dir, tmp_path)
+    bad = raw / "t10k-images-idx3-ubyte.gz"
+    bad.chmod(0)
+    with pytest.raises(DataFileError) as err:
+        check_mnist_files(raw)
+    _one_line_naming(err, bad, "cannot be read: Permission denied")

@@ -7,14 +7,16 @@ from pathlib import Path
 
 from nbval.plugin import get_sanitize_patterns
 
-from replicate.harness import cli, drift, presets
-from replicate.harness.verdict import ChapterRun, claim, report
+from replicate import config as presets
+from replicate.harness import cli, drift
+from replicate.config import RunSpec
+from replicate.verdict import ChapterRun, claim, report
 
 CHAPTER = "07_optimizers"
 
 
 def verdict_text(capsys, checks) -> str:
-    run = ChapterRun(CHAPTER, "smoke", presets.load_preset(CHAPTER, "smoke"), {})
+    run = ChapterRun(RunSpec.make(CHAPTER, "smoke"))
     capsys.readouterr()
     run.verdict(checks)
     return capsys.readouterr().out
@@ -92,7 +94,7 @@ def test_a_chapter_can_loosen_its_tolerance_per_check(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "chapter.yaml").write_text("title: t\nclaim: c\ntolerance:\n  rel: 0.02\n"
                                          "  checks:\n    steps: {rel: 0.5}\n")
-    monkeypatch.setattr(drift, "PRESETS_DIR", tmp_path)
+    monkeypatch.setattr(presets, "PRESETS_DIR", tmp_path)
     base, per_check = drift.chapter_tolerances(CHAPTER)
     assert (base.rel, base.abs, per_check["steps"].rel) == (0.02, drift.ABS, 0.5)
     published = record()

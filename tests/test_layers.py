@@ -1,5 +1,6 @@
 """The package's folders are its layers, and imports point one way:
-harness -> experiments -> measures -> core (the top-level modules)."""
+harness -> experiments -> measures -> core (the top-level modules), with no circle anywhere:
+not between layers, not between two modules of one layer, lazy (function-local) imports included."""
 import ast
 from pathlib import Path
 
@@ -58,6 +59,74 @@ def violations(root: Path = PACKAGE) -> list[str]:
                 bad.append(f"{source}:{line} imports {target} "
                            f"({layer_of(source)} must not import {layer_of(target)})")
     return bad
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (a name imported from a package counts as its
+    submodule when there is one)."""
+    modules = {module_name(p, root) for p in root.rglob("*.py")}
+    graph = {}
+    for path in root.rglob("*.py"):
+        source = module_name(path, root)
+        targets = set()
+        for _, target in imported_modules(path, root):
+            while target and target not in modules:  # `replicate.x.name` where name is a function
+                target = target.rpartition(".")[0]
+            if target and target != source:
+                targets.add(target)
+        graph[source] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm), each a
+    set of modules that import one another round a loop. A package's __init__ importing its own
+    submodules is no circle unless a submodule imports the package back."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_round_a_circle():
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_check_finds_a_lazy_circle_inside_a_layer(tmp_path):
+    fake = tmp_path / "replicate"
+    (fake / "harness").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "harness" / "__init__.py").write_text("")
+    (fake / "harness" / "a.py").write_text("from . import b\n")
+    (fake / "harness" / "b.py").write_text("def f():\n    from .c import g\n")
+    (fake / "harness" / "c.py").write_text("def g():\n    from replicate.harness.a import x\n")
+    (fake / "harness" / "d.py").write_text("from . import a\n")
+    assert circles(import_graph(fake)) == [["replicate.harness.a", "replicate.harness.b",
+                                            "replicate.harness.c"]]
 
 
 def test_every_layer_has_its_folder():

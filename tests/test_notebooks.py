@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from replicate.harness import presets
+from replicate import config as presets
 from replicate.runtime import PROJECT_ROOT
 from replicate.harness.cli import SANITIZE_FILE
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from replicate import runtime
-from replicate.harness import cli, presets
-from replicate.harness.verdict import ChapterRun, claim, report
+from replicate import config as presets
+from replicate.harness import cli, execute, publish
+from replicate.config import RunSpec
+from replicate.verdict import ChapterRun, claim, report
 from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 CHAPTER = "07_optimizers"  # the fastest chapter
@@ -45,17 +47,18 @@ def test_a_smoke_run_goes_to_its_run_folder_and_never_touches_the_book(tmp_path)
     text = (folder / f"{CHAPTER}.ipynb").read_text()
     # (a run folder outside the project, as here, is named by no path)
     assert f"Verdict written to {CHAPTER}.json, beside this notebook" in text
-    assert "staging" not in text and str(cli.STAGING_DIR) not in text
+    assert "staging" not in text and str(execute.STAGING_DIR) not in text
     assert "without encryption" not in result.stderr  # the kernel's TCP warning is filtered
     assert book_digest() == before
-    assert not list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*")), "staging folder left behind"
+    assert not list(execute.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*")), "staging folder left behind"
 
 
 def test_overrides_get_their_own_run_folder():
-    plain = cli.run_folder(CHAPTER, "smoke", {})
-    a = cli.run_folder(CHAPTER, "cpu", {"iterations": 10})
+    folder = lambda preset, o: execute.run_folder(RunSpec.make(CHAPTER, preset, o))  # noqa: E731
+    plain = folder("smoke", {})
+    a = folder("cpu", {"iterations": 10})
     assert plain.name == "smoke" and a.name.startswith("cpu-") and len(a.name) == len("cpu-") + 8
-    assert a != cli.run_folder(CHAPTER, "cpu", {"iterations": 11})
+    assert a != folder("cpu", {"iterations": 11})
     assert not a.resolve().is_relative_to(BOOK_DIR.resolve())
 
 
@@ -66,7 +69,7 @@ def test_a_notebook_executed_by_hand_leaves_the_book_byte_identical(monkeypatch,
     monkeypatch.delenv("REPLICATE_RESULTS_SHOWN", raising=False)
     monkeypatch.setenv("REPLICATE_RUNS_DIR", str(tmp_path / "runs"))
     before = book_digest()
-    run = ChapterRun(CHAPTER, "smoke", presets.load_preset(CHAPTER, "smoke"), {})
+    run = ChapterRun(RunSpec.make(CHAPTER, "smoke"))
     run.verdict([claim("a", True, 1.0, "x"), report("b", 2.0, "y")])
     path = Path(run.save())
     assert path == tmp_path / "runs" / CHAPTER / "interactive" / f"{CHAPTER}.json"
@@ -85,10 +88,11 @@ def _old_pair(tmp_path):
 
 def test_publishing_swaps_both_files(tmp_path):
     pairs, claims, results = _old_pair(tmp_path)
-    cli.publish_together(pairs)
+    publish.publish_together(pairs, results / ".c.journal")
     assert (results / "c.json").read_text() == "new verdict"
     assert (claims / "c.ipynb").read_text() == "new notebook"
-    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == ["c.ipynb", "c.json"]
+    # the chapter's lock file stays (removing it would race another publisher); nothing else
+    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == [".c.lock", "c.ipynb", "c.json"]
 
 
 def test_a_failure_between_the_two_moves_keeps_both_old_files_and_no_temp_file(tmp_path, monkeypatch):
@@ -101,12 +105,13 @@ def test_a_failure_between_the_two_moves_keeps_both_old_files_and_no_temp_file(t
             raise PermissionError(13, "Permission denied", str(dest))
         return real(src, dest)
 
-    monkeypatch.setattr(cli.os, "replace", second_fails)
-    with pytest.raises(cli.PublishError, match="Permission denied"):
-        cli.publish_together(pairs)
+    monkeypatch.setattr(publish.os, "replace", second_fails)
+    with pytest.raises(publish.PublishError, match="Permission denied"):
+        publish.publish_together(pairs, results / ".c.journal")
     assert (results / "c.json").read_text() == "old verdict"
     assert (claims / "c.ipynb").read_text() == "old notebook"
-    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == ["c.ipynb", "c.json"]
+    # the chapter's lock file stays (removing it would race another publisher); nothing else
+    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == [".c.lock", "c.ipynb", "c.json"]
 
 
 def test_run_reports_a_failed_publication_in_one_line(tmp_path, monkeypatch, capsys):
@@ -124,7 +129,7 @@ def test_run_reports_a_failed_publication_in_one_line(tmp_path, monkeypatch, cap
     (claims / f"{CHAPTER}.ipynb").write_text("old notebook")
     (claims / f"{CHAPTER}.json").write_text("old verdict")
     monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
-    monkeypatch.setattr(cli, "_prepare_page", lambda *a: None)
+    monkeypatch.setattr(execute, "prepare_page", lambda *a: None)
     real, calls = os.replace, []
 
     def second_fails(src, dest):
@@ -133,19 +138,19 @@ def test_run_reports_a_failed_publication_in_one_line(tmp_path, monkeypatch, cap
             raise OSError(28, "No space left on device")
         return real(src, dest)
 
-    monkeypatch.setattr(cli.os, "replace", second_fails)
+    monkeypatch.setattr(publish.os, "replace", second_fails)
     code = cli.main(["run", CHAPTER, "--preset", "smoke", "--claims-dir", str(claims)])
     err = capsys.readouterr().err
     assert code == 1 and "could not be put in place" in err and "left unchanged" in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in claims.iterdir()) == [f"{CHAPTER}.ipynb", f"{CHAPTER}.json"]
+    assert sorted(p.name for p in claims.iterdir() if p.suffix != ".lock") == [f"{CHAPTER}.ipynb", f"{CHAPTER}.json"]
     assert (claims / f"{CHAPTER}.json").read_text() == "old verdict"
-    assert not [p for p in cli.STAGING_DIR.glob(f"{CHAPTER}-*-{os.getpid()}-*")]
+    assert not [p for p in execute.STAGING_DIR.glob(f"{CHAPTER}-*-{os.getpid()}-*")]
 
 
 def test_publishing_from_uncommitted_code_is_refused_before_anything_runs(monkeypatch, capsys):
-    monkeypatch.setattr(runtime, "git_commit", lambda: "0123456789ab+dirty")
-    monkeypatch.setattr(cli, "run_chapter", lambda *a: pytest.fail("nothing may run"))
+    monkeypatch.setattr(cli, "git_commit", lambda: "0123456789ab+dirty")
+    monkeypatch.setattr(execute, "execute", lambda *a: pytest.fail("nothing may run"))
     before = book_digest()
     assert cli.main(["run", CHAPTER]) == 2
     assert "--allow-dirty" in capsys.readouterr().err
@@ -154,7 +159,7 @@ def test_publishing_from_uncommitted_code_is_refused_before_anything_runs(monkey
 
 def test_a_verdict_from_uncommitted_code_says_so(monkeypatch):
     monkeypatch.setattr(runtime, "git_commit", lambda: "0123456789ab+dirty")
-    run = ChapterRun(CHAPTER, "smoke", presets.load_preset(CHAPTER, "smoke"), {})
+    run = ChapterRun(RunSpec.make(CHAPTER, "smoke"))
     run.verdict([claim("a", True, 1.0, "x")])
     record = json.loads(Path(run.save()).read_text())
     assert record["dirty"] is True and record["git_commit"].endswith("+dirty")
@@ -167,17 +172,40 @@ def test_the_dirty_check_ignores_the_books_generated_outputs():
 
 def test_an_unwritable_book_is_reported_before_anything_runs(monkeypatch, capsys):
     real = os.access
-    monkeypatch.setattr(cli.os, "access", lambda path, mode: not str(path).startswith(str(BOOK_DIR))
+    monkeypatch.setattr(execute.os, "access", lambda path, mode: not str(path).startswith(str(BOOK_DIR))
                         and real(path, mode))
-    monkeypatch.setattr(runtime, "git_commit", lambda: "0123456789ab")
-    monkeypatch.setattr(cli, "run_chapter", lambda *a: pytest.fail("nothing may run"))
+    monkeypatch.setattr(cli, "git_commit", lambda: "0123456789ab")
+    monkeypatch.setattr(execute, "execute", lambda *a: pytest.fail("nothing may run"))
     assert cli.main(["run", CHAPTER]) == 2
     assert "book/claims is not writable" in capsys.readouterr().err
 
 
 def test_the_notebook_names_no_temporary_path_for_its_verdict(tmp_path):
-    assert cli._shown(BOOK_DIR / "results" / "c.json", BOOK_DIR / "claims") == "book/results/c.json"
-    assert cli._shown(tmp_path / "c.json", tmp_path) == "c.json, beside this notebook"
+    assert execute._shown(BOOK_DIR / "results" / "c.json", BOOK_DIR / "claims") == "book/results/c.json"
+    assert execute._shown(tmp_path / "c.json", tmp_path) == "c.json, beside this notebook"
     hidden = BOOK_DIR / "sweeps" / "c" / ".cpu-seed1.incoming-x"
-    assert cli._shown(hidden / "c.json", hidden) == "c.json, beside this notebook"
-    assert cli._shown(tmp_path / "r" / "c.json", tmp_path) == "results/c.json"
+    assert execute._shown(hidden / "c.json", hidden) == "c.json, beside this notebook"
+    assert execute._shown(tmp_path / "r" / "c.json", tmp_path) == "results/c.json"
+
+
+def test_an_empty_preset_is_refused_and_never_publishes(capsys):
+    before = book_digest()
+    assert cli.main(["run", CHAPTER, "--preset", ""]) == 2
+    assert "unknown preset ''" in capsys.readouterr().err
+    assert book_digest() == before
+
+
+def test_build_and_validate_repair_a_swap_a_kill_left_half_done(tmp_path, capsys):
+    """A run killed between the two renames leaves a journal; the book is repaired before it is
+    read, not only at the chapter's next publication."""
+    pairs, claims, results = _old_pair(tmp_path)
+    journal = results / ".c.journal"
+    kill = ("import os, signal, sys\nfrom pathlib import Path\nfrom replicate.harness import publish\n"
+            "publish._after_step = lambda step: step == 'renamed 0' and os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"publish.publish_together({[(str(a), str(b)) for a, b in pairs]!r}, Path({str(journal)!r}))\n")
+    assert subprocess.run([sys.executable, "-c", kill]).returncode == -9
+    assert journal.exists() and (results / "c.json").read_text() == "new verdict"  # a mix
+    execute.repair_book(claims, results)
+    assert (results / "c.json").read_text() == "old verdict"
+    assert (claims / "c.ipynb").read_text() == "old notebook" and not journal.exists()
+    assert "put back the old" in capsys.readouterr().err

@@ -14,16 +14,18 @@ import time
 
 import pytest
 
-from replicate.harness import presets
+from replicate import config as presets
+from replicate.config import RunSpec
 from replicate.runtime import PROJECT_ROOT
 
-SHAPED = [name for name, ch in presets.chapters().items() if ch.shape_only]
+SHAPED = [name for name, ch in presets.chapters().items() if ch.get("shape_only")]
 
 
 def test_every_chapter_has_a_valid_shape_only_key():
     assert SHAPED == list(presets.chapters())
     for name in SHAPED:
-        overrides = presets.shape_only(name)
+        overrides = presets.get_chapter(name).get("shape_only")
+        RunSpec.shape_only(name)  # the cut-down paper preset is itself valid
         paper = presets.load_preset(name, "paper")
         assert overrides and set(overrides) <= set(paper)
         # only cuts: no value above the paper's, no list longer than the paper's
@@ -33,14 +35,11 @@ def test_every_chapter_has_a_valid_shape_only_key():
             assert len(cut) <= len(full) and max(cut) <= max(full), (name, key)
 
 
-def test_a_parameter_set_on_purpose_to_its_cpu_value_still_overrides(monkeypatch):
+def test_a_parameter_set_on_purpose_to_its_cpu_value_still_overrides():
     # 03's shape-only run asks for 500 digits per class (the cpu value) on top of paper's 512.
-    namespace = dict(presets.load_preset("03_centroid_ntk", "cpu"))
-    params, overrides = presets.from_notebook("03_centroid_ntk", "paper", namespace)
-    assert params["n_per_class"] == 512 and overrides == {}
-    monkeypatch.setenv(presets.OVERRIDES_ENV, '["n_per_class", "steps"]')
-    params, overrides = presets.from_notebook("03_centroid_ntk", "paper", namespace)
-    assert params["n_per_class"] == 500 and overrides == {"n_per_class": 500}  # steps: paper's too
+    spec = RunSpec.shape_only("03_centroid_ntk")
+    assert spec.preset == "paper" and spec.overrides["n_per_class"] == 500
+    assert spec.params["n_per_class"] == 500
 
 
 def test_shape_only_never_touches_the_published_book(tmp_path):
@@ -59,7 +58,7 @@ def test_paper_preset_runs_shape_only(chapter, tmp_path):
                             cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads((tmp_path / "results" / f"{chapter}.json").read_text())
-    assert record["preset"].startswith("paper + ") and record["checks"]
+    assert record["preset"] == "paper" and record["overrides"] and record["checks"]
     nb = json.loads((tmp_path / f"{chapter}.ipynb").read_text())
     assert not nb["metadata"]["papermill"].get("exception")
     print(f"{chapter} at paper --shape-only: {time.perf_counter() - started:.0f} s")

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from replicate.harness import cli
+from replicate.harness import cli, execute
 from replicate.runtime import PROJECT_ROOT
 
 CHAPTER = "07_optimizers"
@@ -56,7 +56,7 @@ def test_an_interrupted_run_cleans_up_and_says_so_in_one_line(sig, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         kernels = _wait_for_kernels(proc)
-        staging = list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*"))
+        staging = list(execute.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*"))
         assert len(staging) == 1 and list((staging[0] / "runtime").glob("*.json")), \
             "the kernel's connection file belongs in the staging folder"
         time.sleep(2)  # the kernel is executing cells by now
@@ -94,18 +94,33 @@ def test_a_run_killed_outright_leaves_no_kernel_and_its_folder_is_swept_next_tim
                                          for k in kernels):
         time.sleep(0.5)
     assert not [k for k in kernels if _alive(k)]
-    left = list(cli.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*"))
+    left = list(execute.STAGING_DIR.glob(f"{CHAPTER}-*-{proc.pid}-*"))
     assert left, "expected the killed run's staging folder"
-    cli.sweep_staging()
+    execute.remove_stale_staging()
     assert not any(p.exists() for p in left)
 
 
 def test_a_dead_runs_staging_folder_is_swept_by_the_next_run(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
-    host = cli.socket.gethostname().replace("-", "_")
+    host = execute.socket.gethostname().replace("-", "_")
     leftover = tmp_path / f"{CHAPTER}-{host}-{dead}-abc123"
     mine = tmp_path / f"{CHAPTER}-{host}-{os.getpid()}-def456"
     (leftover / "runtime").mkdir(parents=True), mine.mkdir()
-    cli.sweep_staging(tmp_path)
+    execute.remove_stale_staging(tmp_path)
     assert not leftover.exists() and mine.exists()
+
+
+def test_a_signal_after_the_swap_reports_the_chapter_as_published(monkeypatch, capsys):
+    # Was: SIGTERM in the publish window put the pair in place, then said "left unchanged".
+    def published_then_signal(spec, claims_dir, results_dir, staging_root=None):
+        execute.PUBLISHED.append(spec.chapter)  # what publish's on_done records before unblocking
+        raise execute.Interrupted("SIGTERM")
+
+    monkeypatch.setattr(execute, "PUBLISHED", [])
+    monkeypatch.setattr(execute, "execute", published_then_signal)
+    monkeypatch.setattr(cli, "git_commit", lambda: "0123456789ab")
+    code = cli.main(["run", CHAPTER, "--preset", "smoke", "--claims-dir", "/tmp/replicate-signal-test"])
+    err = capsys.readouterr().err
+    assert code == 130 and "interrupted (SIGTERM)" in err
+    assert f"{CHAPTER} had been published before it" in err and "left unchanged" in err

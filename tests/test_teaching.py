@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from replicate.harness import presets
+from replicate import config as presets
 from replicate.harness.scoreboard import exercise_labels, render_teaching, write_toc
 from replicate.runtime import PROJECT_ROOT
 
@@ -59,7 +59,7 @@ def check_command(command: str) -> tuple[str, str, dict]:
     assert len(chapters) == 1, f"a solution runs exactly one chapter: {command!r}"
     presets.get_chapter(chapters[0])
     presets.load_preset(chapters[0], preset)
-    presets.resolve(chapters[0], preset, overrides)
+    presets.RunSpec.make(chapters[0], preset, overrides)
     return chapters[0], preset, overrides
 
 

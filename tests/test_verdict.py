@@ -3,15 +3,17 @@ from pathlib import Path
 
 import pytest
 
-from replicate.harness import presets, scoreboard
-from replicate.harness.verdict import ChapterRun, claim, report
+from replicate import config as presets
+from replicate.harness import scoreboard
+from replicate.config import RunSpec
+from replicate.verdict import ChapterRun, claim, report
 
-CONTRACT = {"chapter", "claim", "preset", "reproduced", "checks", "seed", "device", "duration_s", "git_commit"}
+CONTRACT = {"chapter", "claim", "preset", "overrides", "params", "reproduced", "checks", "seed", "device",
+            "duration_s", "git_commit"}
 
 
 def _run(overrides=None):
-    params = presets.load_preset("07_optimizers", "smoke")
-    return ChapterRun("07_optimizers", "smoke", params, overrides or {})
+    return ChapterRun(RunSpec.make("07_optimizers", "smoke", overrides))
 
 
 def test_results_file_follows_the_contract(tmp_path, capsys):
@@ -22,7 +24,7 @@ def test_results_file_follows_the_contract(tmp_path, capsys):
     assert "PASS   a" in out and "REPORT b" in out and "REPRODUCED (1/1" in out
     record = json.loads(Path(run.save()).read_text())
     assert CONTRACT <= set(record)
-    assert record["preset"] == "smoke" and record["seed"] == 0
+    assert record["preset"] == "smoke" and record["overrides"] == {} and record["seed"] == 0
     assert record["checks"][0] == {"name": "a", "kind": "claim", "passed": True, "ours": 0.1235, "paper": "paper a"}
     assert record["checks"][1]["passed"] is None
 
@@ -48,3 +50,18 @@ def test_scoreboard_lists_every_chapter_and_every_check(tmp_path):
     assert "**not reproduced**" in page and "first check" in page and "a discrepancy" in page
     for ch in presets.chapters().values():
         assert ch.title in page
+
+
+def test_the_record_keeps_the_spec_verbatim_and_no_label_to_parse():
+    run = _run({"iterations": 5})
+    run.verdict([claim("a", True, 1, 1)])
+    record = run.record()
+    assert record["preset"] == "smoke" and record["overrides"] == {"iterations": 5}
+    assert record["params"]["iterations"] == 5 and RunSpec.from_record(record) == run.spec
+
+
+def test_reproduced_is_one_function_for_checks_and_records():
+    from replicate.verdict import reproduced
+
+    assert reproduced([claim("a", True, 1, 1), report("b", 0, 0)])
+    assert not reproduced([{"kind": "claim", "passed": False}]) and not reproduced([])

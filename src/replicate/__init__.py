@@ -1,2 +1,2 @@
-"""Shared code of the grokking replication book (see DESIGN.md for the map)."""
+"""Shared code of the grokking replication book: core modules, measures/, experiments/, harness/."""
 __version__ = "0.1.0"

@@ -5,6 +5,10 @@ MNIST layout (torchvision's): `<data dir>/mnist/MNIST/raw/{train,t10k}-{images,l
 - With only the official test files, we split those 10,000 digits into two disjoint halves,
   always the same ones, and say so: the chapters then train on digits from the first half and
   measure held-out accuracy on the second.
+
+torch is imported only by the functions that build tensors: the checks a run makes before its
+notebook starts (`require_mnist`, `check_mnist_files`, `check_mnist_capacity`) answer in a
+fraction of a second without it.
 """
 from __future__ import annotations
 
@@ -12,14 +16,18 @@ import gzip
 import hashlib
 import os
 import socket
+import stat
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from .runtime import data_dir, display_path
+
+if TYPE_CHECKING:  # the annotations only; importing torch takes about a second
+    import torch
 
 MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -67,10 +75,40 @@ def _bad_file(path: Path, why: str) -> DataFileError:
                          f"and torchvision downloads it again where the machine is online).")
 
 
+_NOT_A_FILE = ((stat.S_ISDIR, "is a directory"),
+               (stat.S_ISFIFO, "is a named pipe, not a file"),
+               (stat.S_ISSOCK, "is a socket, not a file"),
+               (stat.S_ISCHR, "is a device, not a file"),
+               (stat.S_ISBLK, "is a device, not a file"))
+
+
+def _usable_file(path: Path) -> os.stat_result:
+    """`os.stat` of `path`, after refusing what a read could not use, before anything opens it.
+
+    Opening a named pipe waits for a writer that never comes, and a directory or an unreadable
+    file would otherwise surface as a traceback from inside gzip; each gets a one-line
+    DataFileError naming the file instead. (For root, os.access grants reading any file, as the
+    kernel does.)"""
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        raise _bad_file(path, f"cannot be examined: {err.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        why = next((what for is_kind, what in _NOT_A_FILE if is_kind(info.st_mode)),
+                   "is not a regular file")
+        raise _bad_file(path, why)
+    if not os.access(path, os.R_OK):
+        raise DataFileError(f"MNIST file {path} cannot be read: Permission denied. Give the user "
+                            f"who runs the book read access to it (chmod a+r).")
+    return info
+
+
 def _read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (the MNIST format): big-endian dims after a 4-byte magic number.
 
-    A truncated, corrupt or foreign file raises DataFileError naming it."""
+    A truncated, corrupt or foreign file, or one that is not a readable regular file, raises
+    DataFileError naming it."""
+    _usable_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as fh:
@@ -88,6 +126,8 @@ def _read_idx(path: Path) -> np.ndarray:
 
 
 def _read_split(raw: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     images, labels = (_read_idx(_find_idx(raw, stem)) for stem in MNIST_FILES[split])
     if len(images) != len(labels):
         raise _bad_file(_find_idx(raw, MNIST_FILES[split][1]),
@@ -103,8 +143,10 @@ def check_mnist_files(raw: Path | None = None) -> list[Path]:
     """Open every MNIST file that a run would read and check it: a .gz file against torchvision's
     MD5, every file for a well-formed IDX header, its length and the expected number of digits.
 
-    Returns the files checked; raises DataFileError naming the first bad one. Takes about a
+    Returns the files checked; raises DataFileError naming the first bad one, and one that is
+    not a readable regular file (a directory, a named pipe) before opening it. Takes about a
     second for the full training set; remembered per file (name, size, time) within a process.
+    Needs no torch.
     """
     raw = raw if raw is not None else require_mnist()
     checked = []
@@ -113,8 +155,8 @@ def check_mnist_files(raw: Path | None = None) -> list[Path]:
             path = _find_idx(raw, stem)
             if path is None:
                 continue
-            stat = path.stat()
-            memo = (str(path), stat.st_size, stat.st_mtime_ns)
+            info = _usable_file(path)
+            memo = (str(path), info.st_size, info.st_mtime_ns)
             if memo not in _checked:
                 expected = MNIST_MD5.get(path.name)
                 if expected is not None:
@@ -131,9 +173,25 @@ def check_mnist_files(raw: Path | None = None) -> list[Path]:
     return checked
 
 
-def _offline_order() -> torch.Tensor:
+def _offline_order() -> np.ndarray:
+    """The fixed order of the 10,000 test digits behind the offline split (its first
+    OFFLINE_TRAIN_SIZE train, the rest are held out).
+
+    It is the permutation `torch.randperm(10_000, generator=torch.Generator().manual_seed(seed))`
+    gives, computed with NumPy so that the capacity check can count the training labels without
+    loading torch, and so that the split cannot move with torch's version. torch's CPU randperm
+    (for n below 2**32 / 20) is a Fisher-Yates shuffle: position i swaps with i + r % (n - i), r
+    the next 32-bit output of a Mersenne Twister seeded as NumPy's legacy RandomState seeds one.
+    A test checks that the two agree.
+    """
     n = MNIST_COUNTS["test"]
-    return torch.randperm(n, generator=torch.Generator().manual_seed(OFFLINE_SPLIT_SEED))
+    mersenne_twister = np.random.RandomState(OFFLINE_SPLIT_SEED)
+    draws = mersenne_twister.randint(0, 2**32, size=n - 1, dtype=np.uint32)
+    order = list(range(n))
+    for i, draw in enumerate(draws.tolist()):
+        j = i + draw % (n - i)
+        order[i], order[j] = order[j], order[i]
+    return np.array(order, dtype=np.int64)
 
 
 def _try_download(root: Path) -> bool:
@@ -173,6 +231,8 @@ def require_mnist(directory: str | Path | None = None) -> Path:
 
 def load_mnist(directory: str | Path | None = None, download: bool = True, verbose: bool = True) -> MNIST:
     """Load MNIST from `directory` (default: the data directory), as described above."""
+    import torch
+
     base = Path(directory) if directory is not None else data_dir()
     root = base / "mnist"
     raw = root / "MNIST" / "raw"
@@ -187,7 +247,7 @@ def load_mnist(directory: str | Path | None = None, download: bool = True, verbo
         data = MNIST(train_x, train_y, test_x, test_y, source="standard torchvision split")
     elif have["test"]:
         x, y = _read_split(raw, "test")
-        order = _offline_order()
+        order = torch.from_numpy(_offline_order())
         tr, te = order[:OFFLINE_TRAIN_SIZE], order[OFFLINE_TRAIN_SIZE:]
         data = MNIST(x[tr], y[tr], x[te], y[te],
                      source=f"offline split of the official MNIST test set in {display_path(raw)}")
@@ -204,6 +264,8 @@ def load_mnist(directory: str | Path | None = None, download: bool = True, verbo
 
 def subset(x: torch.Tensor, y: torch.Tensor, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`n` examples drawn without replacement, reproducibly from `seed`."""
+    import torch
+
     if n > len(y):
         raise ValueError(f"asked for {n} examples but only {len(y)} are available")
     idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))[:n]
@@ -224,7 +286,7 @@ def training_labels(directory: str | Path | None = None,
     if have_train:
         return _read_idx(_find_idx(raw, MNIST_FILES["train"][1])).astype(np.int64), "standard"
     labels = _read_idx(_find_idx(raw, MNIST_FILES["test"][1])).astype(np.int64)
-    return labels[_offline_order()[:OFFLINE_TRAIN_SIZE].numpy()], "offline"
+    return labels[_offline_order()[:OFFLINE_TRAIN_SIZE]], "offline"
 
 
 def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = None,
@@ -233,7 +295,8 @@ def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = N
     """ValueError, in seconds, when the training digits cannot supply `n_train` digits in all or
     `n_per_class` of each of `classes`; the message says how many there are and where the
     standard training set would go. The training files are downloaded first where they are
-    missing and the machine can (as the run itself would)."""
+    missing and the machine can (as the run itself would); only that download loads torch
+    (torchvision fetches the files)."""
     need_more = lambda labels: ((n_train is not None and n_train > len(labels)) or  # noqa: E731
                                 (n_per_class is not None and
                                  any(int((labels == c).sum()) < n_per_class for c in classes)))

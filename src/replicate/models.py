@@ -1,6 +1,6 @@
 """Models. Every model exposes its pre-activations layer by layer, for the geometry measures.
 
-Depth convention (CLAIMS.md): "depth L" is the number of `nn.Linear` modules, so a depth-4,
+Depth convention: "depth L" is the number of `nn.Linear` modules, so a depth-4,
 width-200 MLP on MNIST is 784-200-200-200-10.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ class MLP(nn.Module):
 
 
 class ModularMLP(nn.Module):
-    """The CPU model for algorithmic tasks (CLAIMS.md E.3): two operand embeddings, concatenated,
+    """The CPU model for algorithmic tasks: two operand embeddings, concatenated,
     one ReLU hidden layer, logits over the p residues."""
 
     def __init__(self, p: int, embed_dim: int = 128, hidden: int = 256):

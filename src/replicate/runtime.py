@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -24,7 +27,25 @@ def _find_project_root() -> Path:
 PROJECT_ROOT = _find_project_root()
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
 BOOK_DIR = PROJECT_ROOT / "book"
-PRESETS_DIR = PACKAGE_DIR / "harness" / "presets"
+PRESETS_DIR = PACKAGE_DIR / "presets"
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> Path:
+    """Write `data` to `path` through a temporary file beside it and a rename: a reader sees the
+    old file or the new one, never half of one, whatever stops the writer."""
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def data_dir() -> Path:
@@ -63,6 +84,41 @@ def results_dir(chapter: str | None = None) -> Path:
 def cache_dir() -> Path:
     """Finished training runs: $REPLICATE_CACHE_DIR, or `.cache/runs/` in the project root."""
     return Path(os.environ.get("REPLICATE_CACHE_DIR", PROJECT_ROOT / ".cache" / "runs")).expanduser().resolve()
+
+
+def check_cache_dir(min_free_mb: int = 200) -> None:
+    """Make sure finished training runs can be stored, before a chapter computes any of them.
+
+    Creates the cache folder when it is missing; raises OSError with one line when it is not a
+    folder, cannot be created, cannot be written (a file is written and removed to find out:
+    permissions, read-only disks and mounts all show up that way) or its disk has less than
+    `min_free_mb` MB free. Otherwise the run would train for minutes and fail on its first save.
+    """
+    folder = cache_dir()
+    fix = "set REPLICATE_CACHE_DIR to a writable folder"
+    try:
+        mode = os.stat(folder).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None  # missing (or under a file, which mkdir reports below)
+    except OSError as err:
+        raise OSError(f"cache folder {folder} cannot be examined: {err.strerror}; {fix}") from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        what = "a file, not a folder" if stat.S_ISREG(mode) else "not a folder"
+        raise OSError(f"cache folder {folder} is {what}; remove it or {fix}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OSError(f"cache folder {folder} cannot be created: {err.strerror}; {fix}") from None
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise OSError(f"cache folder {folder} is not writable: {err.strerror}; {fix}") from None
+    free_mb = shutil.disk_usage(folder).free // 2**20
+    if free_mb < min_free_mb:
+        raise OSError(f"cache folder {folder} has {free_mb} MB free on its disk, less than the "
+                      f"{min_free_mb} MB a run may need; free some space or {fix} on another disk")
 
 
 def device():

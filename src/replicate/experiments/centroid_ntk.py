@@ -1,7 +1,7 @@
 """Chapter 03: a scalar-output ReLU network separating MNIST zeros from ones, with its centroids
 and its empirical NTK measured at log-spaced checkpoints, in the rich and in the lazy regime.
 
-Setup as in GrokAlign's `comparison_to_ntk.py` (CLAIMS.md C.2): bias-free MLP, normalised MNIST,
+Setup as in GrokAlign's `comparison_to_ntk.py`: bias-free MLP, normalised MNIST,
 the first `n_per_class` digits of each class, full-batch SGD on binary cross-entropy.
 
 Lazy control (Chizat & Bach): the trained model is F(x) = s (f_theta(x) - f_theta0(x)) with a

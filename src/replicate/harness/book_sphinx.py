@@ -53,27 +53,18 @@ class AuthorYearLabels(BaseLabelStyle):
 
     def format_labels(self, sorted_entries):
         labels = [self._label(entry) for entry in sorted_entries]
-        seen: dict[str, int] = {}
-        for label in labels:
-            seen[label] = seen.get(label, 0) + 1
         suffix: dict[str, int] = {}
         for label in labels:
-            if seen[label] > 1:
+            if labels.count(label) > 1:  # a clash: 2024a, 2024b, ...
                 suffix[label] = suffix.get(label, 0) + 1
-                yield label + "abcdefghij"[suffix[label] - 1]
-            else:
-                yield label
+                label += "abcdefghij"[suffix[label] - 1]
+            yield label
 
     @staticmethod
     def _label(entry) -> str:
         people = entry.persons.get("author") or entry.persons.get("editor") or []
-        last = [" ".join(p.last_names) for p in people]
-        if len(last) > 2:
-            names = f"{last[0]} et al."
-        elif len(last) == 2:
-            names = f"{last[0]} and {last[1]}"
-        else:
-            names = last[0] if last else entry.key
+        last = [" ".join(p.last_names) for p in people] or [entry.key]
+        names = f"{last[0]} et al." if len(last) > 2 else " and ".join(last)
         return f"{names}, {entry.fields.get('year', 'n.d.')}"
 
 

@@ -1,10 +1,6 @@
-"""Kernel config file (`--config=` on the kernel's command line, see `cli.run_chapter`).
-
-The kernel logs "Kernel is running over TCP without encryption" at every start; the kernel and
-papermill talk over the loopback interface of one machine, so that one warning is noise on every
-run. This file is executed by the kernel while it reads its configuration, before it opens its
-sockets, and filters that one message from the kernel's log; every other message still shows.
-"""
+"""Kernel config file (`--config=` on the kernel's command line, see `execute.execute`): it filters
+the one message the kernel logs at every start, "Kernel is running over TCP without encryption"
+(papermill and the kernel talk over this machine's loopback), and lets every other one through."""
 import logging
 
 

@@ -1,84 +1,65 @@
-"""The book's scoreboard page, written from the results files the chapters leave behind."""
+"""The pages `build` writes from the results files: scoreboard, table of contents, judging,
+teaching, benchmarks; and every chapter's verdict box. Their prose is in `page_texts.yaml`."""
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
-from . import presets
-from .book_pages import _text, load_json, runtime_text, seeds_summary
+from ..config import chapters, format_value
+from ..runtime import BOOK_DIR
+from ..verdict import reproduced
+from .book_pages import (TEXTS, claim_counts, preset_label, refresh_chapter_page, runtime_text,
+                         seeds_summary)
+from .seeds import load_seeds
 
-HEADER = """# Scoreboard
-
-Every claim of the book, whether it reproduced, and at which preset. Each row comes from the
-results file its chapter wrote when it last ran (`book/results/<chapter>.json`), so this page
-cannot disagree with the chapters. A claim counts as *reproduced* when every one of its `claim`
-checks passes; `report` lines are statements of the papers that we measure and show without a
-pass/fail, discrepancies with the papers among them. The column *Across seeds* counts the seeds
-(the published run among them) whose whole verdict reproduced; a claim is *robust* when each of
-its claim checks passes in at least 80% of the seeds. {doc}`judging` says, chapter by chapter,
-how each claim is judged.
-
-"""
+JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
 
 
 def _cell(value) -> str:
     """A value in a Markdown table cell: formatted as on the chapter pages, pipes escaped."""
-    return _text(value).replace("|", "\\|").replace("\n", " ")
+    return format_value(value).replace("|", "\\|").replace("\n", " ")
 
 
-_runtime = runtime_text
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def load_results(results_dir: Path) -> list[dict]:
     """The published verdicts (`<chapter>.json`; the `.seeds.json` files are read separately)."""
-    results = []
-    for path in sorted(Path(results_dir).glob("*.json")):
-        if not path.name.endswith(".seeds.json"):
-            with open(path) as fh:
-                results.append(json.load(fh))
-    return results
-
-
-def load_seeds(results_dir: Path) -> dict[str, dict]:
-    found = {}
-    for ch in presets.chapters():
-        record = load_json(Path(results_dir) / f"{ch}.seeds.json")
-        if record:
-            found[ch] = record
-    return found
+    return [_load(path) for path in sorted(Path(results_dir).glob("*.json"))
+            if not path.name.endswith(".seeds.json")]
 
 
 def provenance(results: list[dict]) -> str:
     """Which code produced the published chapters: one commit, or a warning naming them all."""
     commits = sorted({r["git_commit"] for r in results})
-    if not commits:
-        return ""
     if len(commits) == 1 and not commits[0].endswith("+dirty"):
         return f"All chapters were executed from commit `{commits[0]}`.\n"
     return ("**The chapters were executed from different or uncommitted code:** "
-            + ", ".join(f"`{c}`" for c in commits) + ". Re-run them from one clean commit.\n")
+            + ", ".join(f"`{c}`" for c in commits) + ". Re-run them from one clean commit.\n"
+            ) if commits else ""
 
 
 def render(results: list[dict], seeds: dict[str, dict] | None = None) -> str:
-    seeds = seeds or {}
-    by_name = {r["chapter"]: r for r in results}
-    lines = [HEADER, provenance(results),
-             "| Chapter | Claim | Preset | Verdict | Claim checks | Across seeds | Runtime | Device |",
-             "|---|---|---|---|---|---|---|---|"]
-    for ch in presets.chapters().values():
-        r = by_name.get(ch.name)
-        if r is None:
+    """The scoreboard: one row per chapter in book order, then each published run's checks."""
+    by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
+    lines = [TEXTS["header"], provenance(results), "| Chapter | Claim | Preset | Verdict | Claim "
+             "checks | Across seeds | Runtime | Device |", "|---|---|---|---|---|---|---|---|"]
+    for ch in chapters().values():
+        if (r := by_name.get(ch.name)) is None:
             lines.append(f"| {ch.title} | {_cell(ch.claim)} | | not yet run | | | | |")
             continue
-        claims = [c for c in r["checks"] if c["kind"] == "claim"]
-        passed = sum(bool(c["passed"]) for c in claims)
-        verdict = "**reproduced**" if r["reproduced"] else "**not reproduced**"
+        verdict = "**reproduced**" if reproduced(r["checks"]) else "**not reproduced**"
+        passed, total = claim_counts(r)
         lines.append(f"| {{doc}}`{ch.title} <claims/{ch.name}>` | {_cell(r['claim'])} | "
-                     f"{_cell(r['preset'])} | {verdict} | {passed}/{len(claims)} | "
-                     f"{seeds_summary(seeds.get(ch.name))} | {_runtime(r)} | {_cell(r['device'])} |")
+                     f"{_cell(preset_label(r))} | {verdict} | {passed}/{total} | "
+                     f"{seeds_summary(seeds.get(ch.name))} | {runtime_text(r)} | "
+                     f"{_cell(r['device'])} |")
     for r in results:
         lines += ["", f"## {r['title']}", "",
-                  f"Preset `{r['preset']}`, seed {r['seed']}, commit `{r['git_commit']}`.", "",
+                  f"Preset `{preset_label(r)}`, seed {r['seed']}, commit `{r['git_commit']}`.", "",
                   "| Check | Kind | Result | Ours | Paper |", "|---|---|---|---|---|"]
         for c in r["checks"]:
             result = "—" if c["kind"] == "report" else ("PASS" if c["passed"] else "FAIL")
@@ -92,10 +73,9 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
     lines = ["# Written by `python -m replicate build` from the chapters in book/claims/.",
              "format: jb-book", "root: book/intro", "parts:",
              "  - caption: Results", "    chapters:", "      - file: book/scoreboard"]
-    executed = [ch for ch in presets.chapters() if (Path(claims_dir) / f"{ch}.ipynb").exists()]
-    if executed:
-        lines += ["  - caption: Claims", "    chapters:"]
-        lines += [f"      - file: book/claims/{ch}" for ch in executed]
+    if executed := [ch for ch in chapters() if (Path(claims_dir) / f"{ch}.ipynb").exists()]:
+        lines += ["  - caption: Claims", "    chapters:",
+                  *(f"      - file: book/claims/{ch}" for ch in executed)]
     if (Path(toc).parent / "teaching.md").exists():
         lines += ["  - caption: Teaching", "    chapters:", "      - file: book/teaching"]
     lines += ["  - caption: Appendix", "    chapters:", "      - file: book/judging"]
@@ -107,160 +87,119 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
 
 
 def write_scoreboard(results_dir: Path, page: Path) -> Path:
-    page.write_text(render(load_results(results_dir), load_seeds(results_dir)))
+    """`scoreboard.md`, with the across-seeds column from the chapters' `.seeds.json` files."""
+    found = {ch: load_seeds(ch, results_dir) for ch in chapters()}
+    page.write_text(render(load_results(results_dir), {ch: r for ch, r in found.items() if r}))
     return page
-
-
-JUDGING_HEADER = """# How each claim is judged
-
-For every chapter: the setup we run, how each quantity is measured, each acceptance check with its
-threshold, and what we changed from the paper and why. A chapter's verdict is *reproduced* when
-all of its claim checks pass; report lines are measured and shown without a pass/fail.
-"""
-
-
-def judging_label(chapter: str, judging_dir: Path) -> str | None:
-    return f"judging-{chapter}" if (Path(judging_dir) / f"{chapter}.md").exists() else None
 
 
 def write_judging(judging_dir: Path, page: Path) -> Path:
     """`judging.md`: the chapters' `judging/<chapter>.md` sections, in book order."""
-    parts = [JUDGING_HEADER]
-    for ch in presets.chapters():
-        if (Path(judging_dir) / f"{ch}.md").exists():
-            parts += ["", f"```{{include}} judging/{ch}.md", "```"]
-    page.write_text("\n".join(parts) + "\n")
+    includes = [f"```{{include}} judging/{ch}.md\n```" for ch in chapters()
+                if (Path(judging_dir) / f"{ch}.md").exists()]
+    page.write_text("\n\n".join([TEXTS["judging_header"], *includes]) + "\n")
     return page
-
-
-# The order we suggest for a course, and why (the teaching page's prose; runtimes come from files).
-COURSE_ORDER = [
-    ("07_optimizers", "no network at all: optimisers on two-dimensional landscapes, a minute at "
-                      "`cpu`. It introduces learning-rate grids and what \"reaching a minimum\" "
-                      "means."),
-    ("03_centroid_ntk", "one small ReLU network trained twice, lazy and rich: the vocabulary of "
-                        "feature learning (NTK, alignment) the later chapters lean on."),
-    ("01_delayed_robustness", "grokking on MNIST, seen through adversarial robustness and the "
-                              "local complexity of the network's linear regions."),
-    ("02_region_migration", "the same trained network as chapter 01 (read from the run cache), "
-                            "now looking at where its linear regions sit."),
-    ("05_slingshot_hessian", "modular addition, the classic grokking task: loss spikes and the "
-                             "Hessian's spectrum along one run."),
-    ("06_intrinsic_dimension", "the same task over several training fractions: how the "
-                               "representations' dimension moves and how the time to generalise "
-                               "grows as data shrink."),
-    ("04_grokalign_speedup", "a regulariser built on the Jacobian ideas of chapters 01-03 that "
-                             "makes grokking come sooner; the longest run of the book."),
-    ("08_predicting_grokking", "a synthesis: many short runs of chapter 05's task, and a "
-                               "prediction of grokking made from the early loss curve."),
-]
-
-TEACHING_HEADER = """# Teaching with this book
-
-Every chapter is one notebook in `notebooks/` that a student can open in JupyterLab (`make lab`
-installs it into the project's environment and opens that folder), change in its `parameters`
-cell and run top to bottom. Each chapter ends with *Try this*: two to four exercises, each with a
-collapsible solution giving the command we ran and what we measured, and one conceptual question
-with a worked answer.
-
-## Prerequisites
-
-- Python and NumPy; enough PyTorch to read a training loop (modules, autograd, an optimiser).
-- Linear algebra: inner products, eigenvalues of a symmetric matrix, the Jacobian of a map.
-- Gradient descent and its variants (momentum, Adam) at the level of an introductory ML course.
-- Some statistics for chapters 06 and 08: a least-squares fit, a ROC curve and its AUROC.
-
-No GPU is needed: every exercise below runs on a laptop's CPU.
-
-## A suggested order
-
-"""
 
 
 def exercise_labels(notebook: Path) -> list[tuple[str, str]]:
     """(label, title) of each exercise in a chapter notebook's markdown, in order."""
-    import re
-
-    nb = json.loads(Path(notebook).read_text())
     found = []
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "markdown":
-            continue
-        text = "".join(cell["source"])
+    for cell in json.loads(Path(notebook).read_text())["cells"]:
+        text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
+        # The directive's title, then its `:option:` lines, among which the label.
         for m in re.finditer(r"^```\{exercise\}[ \t]*(.*)\n((?::[^\n]*\n)*)", text, re.M):
-            label = re.search(r"^:label:\s*(\S+)", m.group(2), re.M)
-            if label:
+            if label := re.search(r"^:label:\s*(\S+)", m.group(2), re.M):
                 found.append((label.group(1), m.group(1).strip()))
     return found
-
-
-def _seconds(record: dict | None) -> str:
-    if record is None:
-        return "not yet run"
-    return _runtime(record)
 
 
 def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str:
     """The teaching page: runtimes from the results files, exercises from the executed chapters
     (the pages the book renders, so that every link has a target)."""
-    chapters = presets.chapters()
-    lines = [TEACHING_HEADER]
-    for i, (name, why) in enumerate(COURSE_ORDER, 1):
-        if name in chapters:
-            lines.append(f"{i}. {{doc}}`{chapters[name].title} <claims/{name}>`: {why}")
-    lines += ["", "Chapter 02 reuses the network chapter 01 trained, so run 01 first: 02 then "
-              "takes a fraction of its time. Chapters 05, 06 and 08 share one task and one model "
-              "and can be taught as a block.", "",
-              "## What each chapter costs",
-              "",
-              "The time each chapter's notebook took, as recorded in its results file when it "
-              "last ran, one thread per process: at `smoke` (seconds; every cell runs but the "
-              "runs are too short to show the claim) and at `cpu` (the preset the book shows). "
-              "Starting the kernel adds a few seconds. On a laptop with other work running, "
-              "expect up to twice as long.", "",
+    known, lines, exercises = chapters(), [TEXTS["teaching_header"]], {}
+    lines += [f"{i}. {{doc}}`{known[c['chapter']].title} <claims/{c['chapter']}>`: {c['why']}"
+              for i, c in enumerate(TEXTS["course_order"], 1) if c["chapter"] in known]
+    lines += ["", "\n\n".join(TEXTS["teaching_costs"]), "",
               "| Chapter | `smoke` | `cpu` | Exercises |", "|---|---|---|---|"]
-    exercises = {}
-    for name, ch in chapters.items():
+    for name, ch in known.items():
         notebook = Path(claims_dir) / f"{name}.ipynb"
         exercises[name] = exercise_labels(notebook) if notebook.exists() else []
-        lines.append(f"| {{doc}}`{ch.title} <claims/{name}>` | "
-                     f"{_seconds(load_json(Path(smoke_dir) / f'{name}.json'))} | "
-                     f"{_seconds(load_json(Path(results_dir) / f'{name}.json'))} | "
+        runs = [_load(Path(folder) / f"{name}.json") for folder in (smoke_dir, results_dir)]
+        times = " | ".join("not yet run" if r is None else runtime_text(r) for r in runs)
+        lines.append(f"| {{doc}}`{ch.title} <claims/{name}>` | {times} | "
                      f"{len(exercises[name]) or '—'} |")
-    if any(exercises.values()):
-        lines += ["", "## The exercises", "",
-                  "Each solution gives the command, the preset and how long the run took us.", ""]
-    for name, ch in chapters.items():
-        if exercises[name]:
-            links = "; ".join(f"{{ref}}`{title or label} <{label}>`"
-                              for label, title in exercises[name])
-            lines.append(f"- {ch.title.split(' · ')[0]}: {links}.")
-    lines += ["", TEACHING_LAB]
+    listed = [f"- {ch.title.split(' · ')[0]}: " + "; ".join(
+        f"{{ref}}`{title or label} <{label}>`" for label, title in exercises[name]) + "."
+        for name, ch in known.items() if exercises[name]]
+    if listed:
+        lines += ["", TEXTS["teaching_exercises"], *listed]
+    lines += ["", TEXTS["teaching_lab"]]
     return "\n".join(lines) + "\n"
-
-
-TEACHING_LAB = """## A 90-minute lab
-
-Every exercise's run takes from a few seconds to about two minutes on a laptop (each solution says
-how long it took us), so a lab is paced by reading and discussion, not by computing. One plan:
-chapter 07 (read it, run its two exercises, discuss why Rprop ignores the learning rate: about 30
-minutes), then chapter 03 (two runs of about two minutes each, and Euler's identity worked on
-paper: about 40 minutes), leaving 20 minutes to compare answers. Further labs pair chapters 01 and
-02 (MNIST and the network's linear regions) and chapters 05 and 06 (one task, one model). Chapters
-04 and 08 suit a final lab or homework: their `cpu` runs are among the longest in the table above,
-so run them ahead of time and use the lab for their exercises, which start from `smoke`.
-
-Runs are seeded, so a student who runs a solution's command should get numbers close to ours;
-another machine's floating-point arithmetic can move the last digits, and occasionally a
-threshold-crossing step by a little. A run started with `-p` or a preset other than `cpu` does
-not replace the chapter the book shows.
-"""
 
 
 def write_teaching(results_dir: Path, page: Path, claims_dir: Path | None = None) -> Path:
     """`teaching.md`: runtimes from `results/` and `results/smoke/`, exercises from the
     executed chapters in `claims_dir` (default: `claims/` next to the page)."""
-    results_dir = Path(results_dir)
-    claims_dir = claims_dir or Path(page).parent / "claims"
-    page.write_text(render_teaching(results_dir, results_dir / "smoke", Path(claims_dir)))
+    claims_dir = Path(claims_dir or Path(page).parent / "claims")
+    page.write_text(render_teaching(results_dir, Path(results_dir) / "smoke", claims_dir))
     return page
+
+
+def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> int:
+    """Rewrite every executed chapter's verdict box and across-seeds section from its results."""
+    pages = [(ch, claims_dir / f"{ch}.ipynb", _load(results_dir / f"{ch}.json"))
+             for ch in chapters()]
+    return sum(refresh_chapter_page(notebook, record, load_seeds(ch, results_dir), JUDGING_DIR)
+               for ch, notebook, record in pages if notebook.exists() and record)
+
+
+def write_pages(results_dir: Path) -> int:
+    """Every page `build` writes before Jupyter Book runs. Returns 0."""
+    write_teaching(results_dir, BOOK_DIR / "teaching.md")  # before the toc, which lists it
+    write_toc(BOOK_DIR / "claims", BOOK_DIR / "_toc.yml")
+    write_judging(JUDGING_DIR, BOOK_DIR / "judging.md")
+    refresh_pages(results_dir)
+    page = write_scoreboard(results_dir, BOOK_DIR / "scoreboard.md")
+    if (mixed := provenance(load_results(results_dir))).startswith("**"):
+        print("warning: " + mixed.replace("**", "").strip(), file=sys.stderr)
+    if BENCHMARKS_FILE.exists():
+        record = with_current_chapters(_load(BENCHMARKS_FILE), results_dir)
+        (BOOK_DIR / "benchmarks.md").write_text(render_page(record))
+    print(f"scoreboard and table of contents written to {page.parent}")
+    return 0
+
+
+def chapter_rows(results_dir: Path) -> list[dict]:
+    """End-to-end chapter times, as the chapters themselves recorded them at their last run."""
+    def row(figure, minutes, target, met=None) -> dict:
+        return {"figure": figure, "ours": minutes, "unit": "min", "seed": None, "ratio": None,
+                "target": target, "met": met}
+    rows, total = [], 0.0
+    for record in load_results(results_dir):
+        total += record["duration_s"]
+        reused = (record.get("runs") or {}).get("reused", 0)
+        note = f" ({reused} runs reused from the cache)" if reused else ""
+        rows.append(row(f"chapter {record['chapter']} at preset {preset_label(record)}{note}",
+                        record["duration_s"] / 60, "<= 12 min"))
+    if rows:
+        rows.append(row("whole book, all chapters", total / 60, "<= 45 min", total <= 45 * 60))
+    return rows
+
+
+def with_current_chapters(record: dict, results_dir: Path) -> dict:
+    """`bench`'s rows, then the chapters' times read now (a re-run chapter shows its new time)."""
+    measured = [r for r in record["rows"] if r.get("benchmark")]
+    return {**record, "rows": measured + chapter_rows(results_dir)}
+
+
+def render_page(record: dict) -> str:
+    """`benchmarks.md` from a benchmarks record (see `with_current_chapters`)."""
+    def num(v):
+        return "" if v is None else f"{v:.3g}"
+    lines = [TEXTS["benchmarks_header"].format(threads=record["threads"])]  # to the table's head
+    for r in record["rows"]:
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(f"| {r['figure']} | {num(r['ours'])} | {r['unit']} | {num(r['seed'])} | "
+                     f"{num(r['ratio'])} | {r['target']} | {met} | "
+                     f"{record.get('measured', {}).get(r.get('benchmark'), '')} |")
+    return "\n".join(lines) + "\n"

@@ -215,7 +215,7 @@ def loss_surface(model: nn.Module, x: torch.Tensor, y: torch.Tensor, center: tor
 # --- spikes -----------------------------------------------------------------------------------
 
 class SpikeDetector:
-    """Online slingshot detector (CLAIMS.md E.3): step t is a spike when L_t > factor × the
+    """Online slingshot detector: step t is a spike when L_t > factor × the
     minimum loss over the previous `window` steps, L_t > floor, t > start, and t is at least
     `gap` steps after the previous spike. Feed it the loss step by step with `update`."""
 

@@ -508,7 +508,7 @@ def boundary_concentration(part: Partition, band: float, resolution: int = 400) 
     - `edge_share`: the share of the total length of region edges (the chords) within the band;
     - `edge_concentration`: edge_share / band_area_share (1 = edges spread evenly);
     - `region_density_ratio`: (regions per unit area in the band) / (regions per unit area
-      outside it), counting each region at its centroid (CLAIMS.md B.3's rho).
+      outside it), counting each region at its centroid (the region density rho).
     """
     dist = BoundaryDistance(part)
     in_band = dist(grid_points(part.domain, resolution)) <= band

@@ -1,0 +1,221 @@
+"""One run of one chapter: check it (`check_ready`, before any kernel and without torch), stage
+and execute it with papermill, and publish its notebook and verdict together (`publish`), so a
+failed or interrupted run never replaces a good chapter. Ctrl-C, SIGTERM or SIGHUP stop the
+kernel and remove the staging folder; `PUBLISHED` says which chapters were put in place first."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .. import data
+from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
+from ..runtime import BOOK_DIR, PROJECT_ROOT, check_cache_dir, display_path, runs_dir
+from . import publish
+from .book_pages import refresh_chapter_page
+from .seeds import load_seeds
+
+STAGING_DIR = PROJECT_ROOT / ".cache" / "staging"
+KERNEL_CONFIG = Path(__file__).resolve().parent / "kernel_quiet.py"
+CLAIMS_DIR, RESULTS_DIR, JUDGING_DIR = BOOK_DIR / "claims", BOOK_DIR / "results", BOOK_DIR / "judging"
+PUBLISHED: list[str] = []  # chapters put into place by this process (the truth after a signal)
+
+
+def check_ready(spec: RunSpec) -> None:
+    """What a run needs besides valid parameters (RunSpec.make checked those): its notebook, its
+    data present, regular, readable and large enough, and a cache folder it can write to."""
+    ch = get_chapter(spec.chapter)
+    if not ch.notebook.exists():
+        raise ConfigError(f"chapter {ch.name} has no notebook at {display_path(ch.notebook)}")
+    if "mnist" in ch.get("datasets", ()):
+        needs = ch.get("data_needs", {})
+        try:
+            data.check_mnist_files(data.require_mnist())
+            data.check_mnist_capacity(
+                n_train=spec.params.get(needs["n_train"]) if "n_train" in needs else None,
+                n_per_class=spec.params.get(needs["n_per_class"]) if "n_per_class" in needs else None,
+                classes=tuple(needs.get("classes", range(10))))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"chapter {ch.name} needs MNIST. {err}") from None
+    try:
+        check_cache_dir()
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"the run cache cannot be used: {err}") from None
+
+
+def run_folder(spec: RunSpec) -> Path:
+    """`runs/<chapter>/<preset>[-<hash of the overrides>]/`: where a run that is not published goes."""
+    if not spec.overrides:
+        return runs_dir() / spec.chapter / spec.preset
+    text = json.dumps(spec.overrides, sort_keys=True, default=str)
+    return runs_dir() / spec.chapter / f"{spec.preset}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def is_book_run(spec: RunSpec) -> bool:
+    return spec.preset == SCHEMA_PRESET and not spec.overrides  # else runs/ unless --publish
+
+
+def check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create {display_path(folder)}: {err.strerror}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{display_path(folder)} is not writable; nothing was run")
+
+
+# Staging folders: <chapter>-<host>-<pid>-<random>, removed by their run however it ends; those
+# of dead processes on this host (a run killed -9) are removed by the next run.
+HOST = socket.gethostname().replace("-", "_")
+
+
+def remove_stale_staging(root: Path = STAGING_DIR) -> None:
+    import psutil
+
+    for folder in root.glob("*-*-*-*") if root.is_dir() else ():
+        match = re.fullmatch(r"(.+)-(.+)-(\d+)-[^-]+", folder.name)
+        if match and match.group(2) == HOST and not psutil.pid_exists(int(match.group(3))):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def new_staging(chapter: str, root: Path | None = None) -> Path:
+    root = Path(root or STAGING_DIR)
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(root)
+    return Path(tempfile.mkdtemp(prefix=f"{chapter}-{HOST}-{os.getpid()}-", dir=root))
+
+
+def stop_kernels() -> None:
+    """Kill kernels this process started that are still alive (after an interrupt)."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "ipykernel" in " ".join(child.cmdline()):
+                child.kill()
+
+
+def _shown(verdict: Path, claims_dir: Path) -> str:
+    """Where the notebook says its verdict went: the book or a run folder by its project path; a
+    folder outside the project or a hidden one (a sweep's, renamed when done) by no path."""
+    shown = display_path(verdict)
+    if Path(shown).is_absolute() or any(part.startswith(".") for part in Path(shown).parts):
+        return (f"{verdict.name}, beside this notebook" if verdict.parent == Path(claims_dir)
+                else f"results/{verdict.name}")
+    return shown
+
+
+def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
+            staging_root: Path | None = None) -> tuple[bool, str]:
+    """Execute one chapter; on success publish its notebook and verdict together. (ok, message)"""
+    import papermill as pm
+
+    claims_dir, results_dir, name = Path(claims_dir), Path(results_dir), spec.chapter
+    staging = new_staging(name, staging_root)
+    out, result = staging / f"{name}.ipynb", staging / "results" / f"{name}.json"
+    started = time.perf_counter()
+    # The kernel's connection file is a temporary file of this process (jupyter_client): it goes
+    # into the staging folder too, so that nothing outlives the run.
+    (staging / "runtime").mkdir()
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(staging / "runtime")
+    # The kernel inherits this environment. tqdm stays quiet there: its bars would be saved into
+    # the published notebook.
+    kernel_env = dict(REPLICATE_RESULTS_DIR=str(result.parent), TQDM_DISABLE="1",
+                      JUPYTER_RUNTIME_DIR=str(staging / "runtime"),
+                      REPLICATE_RESULTS_SHOWN=_shown(results_dir / result.name, claims_dir))
+    saved_env = {k: os.environ.get(k) for k in kernel_env}
+    os.environ.update(kernel_env)
+    try:
+        try:
+            pm.execute_notebook(str(get_chapter(name).notebook), str(out),
+                                parameters={"spec": spec.as_parameter()}, kernel_name="python3",
+                                progress_bar=sys.stderr.isatty(), cwd=str(PROJECT_ROOT),
+                                extra_arguments=[f"--config={KERNEL_CONFIG}"])
+        except pm.PapermillExecutionError as err:
+            return False, (f"{name} failed in code cell {err.exec_count} (cell index "
+                           f"{err.cell_index}): {err.ename}: {err.evalue}")
+        except Exception as err:  # kernel died, timeout, ...
+            return False, f"{name} failed: {type(err).__name__}: {err}"
+        finally:
+            for key, value in saved_env.items():
+                os.environ.pop(key) if value is None else os.environ.update({key: value})
+        if not result.exists():
+            return False, f"{name} ran but wrote no verdict (did the notebook call run.save()?)"
+        try:
+            prepare_page(out, json.loads(result.read_text()), results_dir)
+        except Exception as err:  # a malformed verdict or notebook: report it, publish nothing
+            return False, f"{name} ran but its page could not be prepared: {type(err).__name__}: {err}"
+        try:
+            pairs = [(result, results_dir / result.name), (out, claims_dir / out.name)]
+            publish.publish_together(pairs, journal_path(results_dir, name),
+                                     on_done=lambda: PUBLISHED.append(name))
+        except publish.PublishError as err:
+            return False, f"{name} ran but could not be put in place: {err}"
+        took = time.perf_counter() - started
+        return True, f"{name} done in {took:.0f} s -> {display_path(claims_dir / out.name)}"
+    finally:
+        tempfile.tempdir = saved_tempdir
+        stop_kernels()
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def journal_path(results_dir: Path, chapter: str) -> Path:
+    return Path(results_dir) / f".{chapter}.journal"
+
+
+def repair_book(claims_dir: Path = CLAIMS_DIR, results_dir: Path = RESULTS_DIR) -> None:
+    """Undo the swaps that a killed run left half done, before anything reads the book."""
+    for journal in Path(results_dir).glob(".*.journal"):
+        name = journal.name[1:-len(".journal")]
+        done = publish.repair(journal, [results_dir / f"{name}.json", claims_dir / f"{name}.ipynb"])
+        print(f"{name}: {done}", file=sys.stderr)
+
+
+def prepare_page(notebook: Path, record: dict, results_dir: Path) -> None:
+    """Reader-facing touches on an executed chapter: no staging paths, the verdict box on top."""
+    import nbformat
+
+    nb, name = nbformat.read(notebook, as_version=4), record["chapter"]
+    nb.metadata.get("papermill", {}).update(input_path=f"notebooks/{name}.ipynb",
+                                            output_path=f"book/claims/{name}.ipynb")
+    nbformat.write(nb, notebook)
+    refresh_chapter_page(notebook, record, load_seeds(name, results_dir), JUDGING_DIR)
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # unwind like Ctrl-C: every `finally` runs
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP, by name."""
+
+
+def _on_signal(signum, frame):
+    for sig in SIGNALS:  # further signals are ignored while the run cleans up
+        signal.signal(sig, signal.SIG_IGN)
+    # The kernel goes first: asked to shut down in the middle of a cell, it would print its own
+    # traceback; killed, it says nothing, and papermill's clean-up finds it gone.
+    stop_kernels()
+    logging.disable(logging.CRITICAL)  # papermill, nbclient and asyncio would each log the death
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    for sig in SIGNALS:
+        signal.signal(sig, _on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

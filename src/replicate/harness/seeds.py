@@ -1,0 +1,155 @@
+"""The verdict across seeds: which runs belong together (a group: one chapter, preset and set of
+non-seed overrides), and their statistics. Only the book's own group (preset `cpu`, no overrides)
+is written beside the published verdict, so a sweep at `smoke` or with `-p` never touches it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..config import SCHEMA_PRESET, ConfigError, RunSpec
+from ..runtime import BOOK_DIR, atomic_write, display_path
+from ..verdict import reproduced as all_claims_pass
+
+SWEEPS_DIR, RESULTS_DIR = BOOK_DIR / "sweeps", BOOK_DIR / "results"
+ROBUST_SHARE = 0.8
+ROBUST_RULE = "each claim check passes in at least 80% of seeds"
+INTERVAL = "95% Student-t interval of the mean"
+
+
+def group_of(record: dict) -> tuple[str, str, str] | None:
+    """(chapter, preset, non-seed overrides as JSON) of a verdict or task record, or None."""
+    try:
+        spec = RunSpec.from_record(record)
+    except (ConfigError, KeyError):  # its spec is no longer valid (a renamed parameter, say)
+        return None
+    return spec.chapter, spec.preset, json.dumps(spec.without_seed(), sort_keys=True)
+
+
+def collect_runs(chapter: str, preset: str, overrides: dict, results_dir: Path = RESULTS_DIR,
+                 sweeps_dir: Path = SWEEPS_DIR) -> tuple[dict[int, dict], list[dict], dict | None]:
+    """The group's runs by seed, failed tasks no run replaced, and a note on the published run."""
+    wanted = (chapter, preset, json.dumps(overrides, sort_keys=True))
+    runs, note = {}, None
+    published, folder = Path(results_dir) / f"{chapter}.json", Path(sweeps_dir) / chapter
+    if published.exists():
+        record, source = json.loads(published.read_text()), display_path(published)
+        if group_of(record) == wanted:
+            runs[record["seed"]] = {"record": record, "source": source}
+            note = {"source": source, "seed": record["seed"], "included": True}
+        else:
+            note = {"source": source, "preset": record.get("preset"), "included": False,
+                    "why": "another preset or other parameters than this group"}
+    for path in sorted(folder.glob(f"[!.]*/{chapter}.json")):  # not the hidden, unfinished ones
+        record = json.loads(path.read_text())
+        if group_of(record) == wanted:
+            if note and note.get("included") and note["seed"] == record["seed"]:
+                note.update(included=False,
+                            why=f"replaced by the sweep's run of seed {record['seed']}")
+            runs[record["seed"]] = {"record": record, "source": display_path(path)}
+    failed = [{"seed": r["seed"], "overrides": r.get("overrides", {}), "error": r.get("error")}
+              for r in (json.loads(p.read_text()) for p in sorted(folder.glob("*.failed.json")))
+              if group_of(r) == wanted and r["seed"] not in runs]
+    return dict(sorted(runs.items())), failed, note
+
+
+def summarise(values: list[float]) -> dict:
+    """Mean, sample standard deviation and the 95% Student-t interval of the mean; with them the
+    median and the range, which is how the papers report a handful of seeds."""
+    def rounded(value: float) -> float:  # six significant digits keep the seeds file readable
+        return float(f"{value:.6g}")
+
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "sd": None, "ci95": None, "median": None, "range": None}
+    mean, ordered = sum(values) / n, sorted(values)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    sd = ci95 = None
+    if n > 1:  # one seed has no spread to estimate
+        from scipy.stats import t
+        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+        half = float(t.ppf(0.975, n - 1)) * spread / math.sqrt(n)
+        sd, ci95 = rounded(spread), [rounded(mean - half), rounded(mean + half)]
+    return {"n": n, "mean": rounded(mean), "sd": sd, "ci95": ci95, "median": rounded(median),
+            "range": [rounded(ordered[0]), rounded(ordered[-1])]}
+
+
+def aggregate_records(records: dict[int, dict]) -> dict:
+    """The across-seed part of a seeds file from {seed: verdict record}."""
+    seeds, n = sorted(records), len(records)
+    names, numbers = {}, {}  # name -> {"kind", "per_seed"}; (name, key) -> {seed: number}
+    for seed in seeds:
+        for check in records[seed].get("checks", []):
+            entry = names.setdefault(check["name"], {"kind": check["kind"], "per_seed": {}})
+            entry["per_seed"][str(seed)] = check["passed"] if check["kind"] == "claim" else None
+            ours = check.get("ours")
+            for key, v in (ours.items() if isinstance(ours, dict) else [(None, ours)]):
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    numbers.setdefault((check["name"], key), {})[str(seed)] = float(v)
+    # a seed that lacks a check counts as not passing it
+    checks = [{"name": name, "kind": e["kind"],
+               "k": sum(map(bool, e["per_seed"].values())) if e["kind"] == "claim" else None,
+               "n": n, "per_seed": e["per_seed"]} for name, e in names.items()]
+    unmatched = [{"name": name, "seeds": [int(s) for s in e["per_seed"]]}
+                 for name, e in names.items() if len(e["per_seed"]) < n]
+    values = [{"check": name, "key": key, **summarise(list(per_seed.values())),
+               "per_seed": per_seed} for (name, key), per_seed in numbers.items()]
+    claims = [c["k"] for c in checks if c["kind"] == "claim"]
+    robust = None if n < 2 else bool(claims) and all(k >= ROBUST_SHARE * n - 1e-9 for k in claims)
+    k = sum(all_claims_pass(records[s].get("checks", [])) for s in seeds)
+    return {"seeds": seeds, "n": n, "robust": robust, "robust_rule": ROBUST_RULE,
+            "interval": INTERVAL, "reproduced": {"k": k, "n": n}, "checks": checks,
+            "values": values, "unmatched": unmatched}
+
+
+def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None = None,
+              results_dir: Path = RESULTS_DIR, sweeps_dir: Path = SWEEPS_DIR) -> dict:
+    """The seeds file's content for one group."""
+    spec = RunSpec.make(chapter, preset, overrides)
+    if "seed" in spec.overrides:
+        raise ConfigError("aggregate over seeds: do not fix the seed")
+    runs, failed, note = collect_runs(chapter, preset, spec.overrides, results_dir, sweeps_dir)
+    body = aggregate_records({seed: run["record"] for seed, run in runs.items()})
+    return {"chapter": chapter, "preset": preset, "overrides": spec.overrides, **body,
+            "runs": [{"seed": seed, "source": run["source"],
+                      "reproduced": all_claims_pass(run["record"].get("checks", [])),
+                      "duration_s": run["record"].get("duration_s")} for seed, run in runs.items()],
+            "failed": failed, "published": note}
+
+
+def seeds_path(chapter: str, preset: str, overrides: dict, results_dir: Path = RESULTS_DIR,
+               sweeps_dir: Path = SWEEPS_DIR) -> Path:
+    """`book/results/<chapter>.seeds.json` for the book's group; any other in its sweeps folder."""
+    if preset == SCHEMA_PRESET and not overrides:
+        return Path(results_dir) / f"{chapter}.seeds.json"
+    name = RunSpec.make(chapter, preset, overrides).run_id(with_seed=False)
+    return Path(sweeps_dir) / chapter / f"{name}.seeds.json"
+
+
+def write_seeds(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None = None,
+                results_dir: Path = RESULTS_DIR, sweeps_dir: Path = SWEEPS_DIR) -> Path:
+    """Aggregate one group and write its seeds file where `seeds_path` says; returns the path."""
+    record = aggregate(chapter, preset, overrides, results_dir, sweeps_dir)
+    path = seeds_path(chapter, preset, record["overrides"], results_dir, sweeps_dir)
+    atomic_write(path, json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def load_seeds(chapter: str, results_dir: Path = RESULTS_DIR) -> dict | None:
+    """The book's seeds file of a chapter, or None when no sweep has been aggregated for it."""
+    path = Path(results_dir) / f"{chapter}.seeds.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def describe(record: dict) -> str:
+    """A seeds file in a few lines for the terminal: the verdict, then what not every seed met."""
+    robust = {True: "robust", False: "NOT robust", None: "too few seeds to say"}[record["robust"]]
+    lines = [f"{record['chapter']} at {record['preset']}: reproduced in {record['reproduced']['k']}"
+             f"/{record['reproduced']['n']} seeds {record['seeds']}; {robust}"]
+    lines += [f"    not every seed: {c['name']} ({c['k']}/{c['n']})" for c in record["checks"]
+              if c["kind"] == "claim" and c["k"] < c["n"]]
+    lines += [f"    failed seed {f['seed']}: {f['error']}" for f in record["failed"]]
+    lines += [f"    check not matched across seeds: {u['name']} (seeds {u['seeds']})"
+              for u in record.get("unmatched", [])]
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""The verdict: what a chapter checks, and the record of its run. This is the book's API for the
+notebooks (the harness only reads what it writes), so it sits beside the core modules.
+
+A notebook starts with `run = start_chapter(CHAPTER, spec)` right after its `parameters` cell
+and ends with `run.verdict([...checks...])` in a cell marked `# NBVAL_CHECK_OUTPUT`, then
+`run.save()` in the next cell, which writes `<results dir>/<chapter>.json`.
+
+Two kinds of check:
+- `claim(...)`: an acceptance check of the paper's claim; all of them passing = "reproduced".
+- `report(...)`: something the paper states that we measure and show without a pass/fail,
+  such as a discrepancy with the paper or a number the paper gives only qualitatively.
+"""
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import training
+from .config import RunSpec, format_value, get_chapter
+from .runtime import atomic_write, describe_device, display_path, provenance, results_dir, seed_everything
+
+RESULTS_SHOWN_ENV = "REPLICATE_RESULTS_SHOWN"  # set by `run`: where the verdict is published
+WIDTH = 96  # printed lines fit the book's text column
+
+
+@dataclass
+class Check:
+    name: str
+    kind: str  # "claim" or "report"
+    passed: bool | None
+    ours: Any
+    paper: Any
+
+
+def claim(name: str, passed: bool, ours: Any, paper: Any) -> Check:
+    return Check(name, "claim", bool(passed), _plain(ours), _plain(paper))
+
+
+def report(name: str, ours: Any, paper: Any) -> Check:
+    return Check(name, "report", None, _plain(ours), _plain(paper))
+
+
+def reproduced(checks: list) -> bool:
+    """The one definition: a claim reproduces when it has claim checks and every one passes.
+    Takes `Check`s or their records (dicts)."""
+    rows = [c if isinstance(c, dict) else asdict(c) for c in checks]
+    claims = [c for c in rows if c["kind"] == "claim"]
+    return bool(claims) and all(c["passed"] for c in claims)
+
+
+def word(check: dict) -> str:
+    """PASS, FAIL or REPORT."""
+    return "REPORT" if check["kind"] == "report" else ("PASS" if check["passed"] else "FAIL")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly values with floats rounded to 4 significant digits (nbval compares text)."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _wrap(text: str, first: str, rest: str) -> str:
+    return textwrap.fill(text, WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False)
+
+
+class ChapterRun:
+    """The spec, seed and clock of one execution of a chapter."""
+
+    def __init__(self, spec: RunSpec):
+        self.spec = spec
+        self.params = spec.params
+        self.seed = spec.seed
+        self.chapter = spec.chapter
+        self.checks: list[Check] | None = None
+        # The run cache's tally is per process: this execution's part of it goes in the record,
+        # since a recorded duration means little without it.
+        self._cache_at_start = dict(training.CACHE_STATS)
+        self.started = time.perf_counter()
+        seed_everything(self.seed)
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    def caption(self) -> str:
+        return f"preset {self.label}, seed {self.seed}"
+
+    def verdict(self, checks: list[Check]) -> bool:
+        """Print one line per check and the overall verdict; returns whether the claim reproduced."""
+        self.checks = list(checks)
+        print(_wrap(get_chapter(self.chapter).claim, f"Claim ({self.chapter}): ", "  "))
+        for c in self.checks:
+            print(_wrap(c.name, f"{word(asdict(c)):6s} ", " " * 7))
+            print(_wrap(format_value(c.ours), "       ours: ", " " * 13))
+            print(_wrap(format_value(c.paper), "       paper: ", " " * 14))
+        claims = [c for c in self.checks if c.kind == "claim"]
+        ok = reproduced(self.checks)
+        print(_wrap(f"{'REPRODUCED' if ok else 'NOT REPRODUCED'} ({sum(bool(c.passed) for c in claims)}"
+                    f"/{len(claims)} claim checks pass)", f"Verdict at preset {self.label}: ", "  "))
+        return ok
+
+    def record(self) -> dict:
+        """The results record: the spec as run (preset, overrides, every parameter), the checks
+        and the verdict, and what the numbers depend on besides the parameters."""
+        if self.checks is None:
+            raise RuntimeError("call run.verdict(checks) before run.save()")
+        ch = get_chapter(self.chapter)
+        return {
+            "chapter": self.chapter, "title": ch.title, "claim": ch.claim,
+            "preset": self.spec.preset, "overrides": self.spec.overrides,
+            "reproduced": reproduced(self.checks),
+            "checks": [asdict(c) for c in self.checks],
+            "seed": self.seed,
+            "device": describe_device(),
+            "duration_s": round(time.perf_counter() - self.started, 1),
+            # training runs reused from the run cache vs computed in this execution
+            "runs": {k: training.CACHE_STATS[k] - self._cache_at_start.get(k, 0)
+                     for k in ("reused", "computed")},
+            **provenance(),  # git_commit, dirty, torch, cpu_capability or gpu
+            "params": self.params,
+        }
+
+    def save(self) -> str:
+        """Write `<results dir>/<chapter>.json` (atomically) and return its path."""
+        record = self.record()
+        path = results_dir(self.chapter) / f"{self.chapter}.json"
+        atomic_write(path, json.dumps(record, indent=2) + "\n")
+        cached = "training runs: {reused} reused from the cache, {computed} computed".format(**record["runs"])
+        shown = os.environ.get(RESULTS_SHOWN_ENV) or display_path(path)
+        print(f"{record['duration_s']} s on {record['device']} ({cached}).\nVerdict written to {shown}.")
+        _display_checks(record["checks"])
+        return str(path)
+
+
+def _display_checks(checks: list[dict]) -> None:
+    """The checks as a coloured table where a notebook front end can show HTML."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        display(HTML(checks_table_html(checks)))
+
+
+BADGE = {"PASS": "#1b6e37", "FAIL": "#b3261e", "REPORT": "#4a5a6a"}
+
+
+def badge(text: str) -> str:
+    return (f'<span class="verdict-word" style="background:{BADGE[text]};color:#fff;'
+            f'padding:1px 6px;border-radius:3px;font-weight:600;font-size:0.85em">{text}</span>')
+
+
+def checks_table_html(checks: list[dict]) -> str:
+    """The checks of one run as an HTML table, PASS / FAIL / REPORT in words and colour."""
+    import html
+
+    cell = lambda value: f"<td>{html.escape(value)}</td>"  # noqa: E731
+    rows = "".join(f"<tr><td>{badge(word(c))}</td>{cell(c['name'])}{cell(format_value(c['ours']))}"
+                   f"{cell(format_value(c['paper']))}</tr>" for c in checks)
+    return ('<table class="verdict-checks" style="font-size:0.9em;width:100%">'
+            '<thead><tr><th>Result</th><th style="width:46%">Check</th><th>Ours</th>'
+            f"<th>Paper</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def start_chapter(chapter: str, spec: dict | None = None) -> ChapterRun:
+    """Resolve the notebook's `spec` parameter ({"preset": ..., "overrides": {...}}), seed
+    everything and print the setup."""
+    spec = dict(spec or {})
+    unknown = sorted(set(spec) - {"preset", "overrides"})
+    if unknown:
+        raise ValueError(f"spec takes 'preset' and 'overrides'; got {', '.join(unknown)}")
+    run = ChapterRun(RunSpec.make(chapter, spec.get("preset", "cpu"), spec.get("overrides")))
+    print(_wrap(f"{get_chapter(chapter).title}: preset {run.label}, seed {run.seed}, "
+                f"device {describe_device()}", "", "  "))
+    print(_wrap(", ".join(f"{k}={format_value(v)}" for k, v in run.params.items()), "parameters: ", "  "))
+    return run
