@@ -141,6 +141,16 @@ def _one_line_naming(err, path, what):
     assert "\n" not in message and str(path) in message and what in message, message
 
 
+def _both_checks_refuse(raw, folder, bad, words):
+    """The pre-run check and the loader the kernel uses both refuse `bad` in one line."""
+    from replicate.data import DataFileError, check_mnist_files
+
+    for check in (lambda: check_mnist_files(raw), lambda: load_mnist(folder, download=False, verbose=False)):
+        with pytest.raises(DataFileError) as err:
+            check()
+        _one_line_naming(err, bad, words)
+
+
 def test_a_directory_in_place_of_an_mnist_file_is_refused_in_one_line(data_dir, tmp_path):
     from replicate.data import DataFileError, check_mnist_files
 
@@ -148,12 +158,7 @@ def test_a_directory_in_place_of_an_mnist_file_is_refused_in_one_line(data_dir, 
     bad = raw / "t10k-images-idx3-ubyte.gz"
     bad.unlink()
     bad.mkdir()
-    with pytest.raises(DataFileError) as err:
-        check_mnist_files(raw)
-    _one_line_naming(err, bad, "is a directory")
-    with pytest.raises(DataFileError) as err:
-        load_mnist(tmp_path, download=False, verbose=False)
-    _one_line_naming(err, bad, "is a directory")
+    _both_checks_refuse(raw, tmp_path, bad, "is a directory")
 
 
 def test_a_named_pipe_in_place_of_an_mnist_file_is_refused_without_waiting_for_a_writer(
@@ -228,12 +233,7 @@ def test_an_unreadable_mnist_file_is_refused_in_one_line(data_dir, tmp_path, mon
         return real_access(path, mode, **kwargs)
 
     monkeypatch.setattr(os, "access", access)
-    with pytest.raises(DataFileError) as err:
-        check_mnist_files(raw)
-    _one_line_naming(err, bad, "cannot be read: Permission denied")
-    with pytest.raises(DataFileError) as err:
-        load_mnist(tmp_path, download=False, verbose=False)
-    _one_line_naming(err, bad, "cannot be read: Permission denied")
+    _both_checks_refuse(raw, tmp_path, bad, "cannot be read: Permission denied")
 
 
 def test_a_file_without_read_permission_is_refused_for_an_ordinary_user(data_dir, tmp_path):
