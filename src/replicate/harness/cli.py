@@ -129,8 +129,8 @@ def cmd_sweep(args) -> int:
         except KeyboardInterrupt:
             print("sweep interrupted: tasks cancelled, no run folder half-written", file=sys.stderr)
             return 130
-        print(f"{len(outcome['done'])} tasks done, {len(outcome['failed'])} failed, in {outcome['wall_s']:.0f} "
-              f"s ({outcome['workers']} slots, {outcome['threads']} thread(s) each)")
+        print(f"{len(outcome['done'])} tasks done, {len(outcome['failed'])} failed, in "
+              f"{outcome['wall_s']:.0f} s ({outcome['workers']} slots, {outcome['threads']} thread(s) each)")
         ran = [e["spec"] for e in outcome["done"] + outcome["failed"]]
         groups = sorted({(s.chapter, s.preset, json.dumps(s.without_seed(), sort_keys=True)) for s in ran})
         groups = [(ch, preset, json.loads(o)) for ch, preset, o in groups]
@@ -199,7 +199,6 @@ def cmd_validate(args) -> int:
 
 def cmd_bench(args) -> int:
     from .bench import run_benchmarks
-
     try:
         run_benchmarks(args.names or None)
     except ValueError as err:  # an unknown benchmark, refused before any runs

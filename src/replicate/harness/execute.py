@@ -81,7 +81,6 @@ HOST = socket.gethostname().replace("-", "_")
 
 def remove_stale_staging(root: Path = STAGING_DIR) -> None:
     import psutil
-
     for folder in root.glob("*-*-*-*") if root.is_dir() else ():
         match = re.fullmatch(r"(.+)-(.+)-(\d+)-[^-]+", folder.name)
         if match and match.group(2) == HOST and not psutil.pid_exists(int(match.group(3))):
@@ -98,7 +97,6 @@ def new_staging(chapter: str, root: Path | None = None) -> Path:
 def stop_kernels() -> None:
     """Kill kernels this process started that are still alive (after an interrupt)."""
     import psutil
-
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             if "ipykernel" in " ".join(child.cmdline()):
@@ -119,7 +117,6 @@ def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
             staging_root: Path | None = None) -> tuple[bool, str]:
     """Execute one chapter; on success publish its notebook and verdict together. (ok, message)"""
     import papermill as pm
-
     claims_dir, results_dir, name = Path(claims_dir), Path(results_dir), spec.chapter
     staging = new_staging(name, staging_root)
     out, result = staging / f"{name}.ipynb", staging / "results" / f"{name}.json"
@@ -184,7 +181,6 @@ def repair_book(claims_dir: Path = CLAIMS_DIR, results_dir: Path = RESULTS_DIR) 
 def prepare_page(notebook: Path, record: dict, results_dir: Path) -> None:
     """Reader-facing touches on an executed chapter: no staging paths, the verdict box on top."""
     import nbformat
-
     nb, name = nbformat.read(notebook, as_version=4), record["chapter"]
     nb.metadata.get("papermill", {}).update(input_path=f"notebooks/{name}.ipynb",
                                             output_path=f"book/claims/{name}.ipynb")

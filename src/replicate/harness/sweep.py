@@ -112,6 +112,14 @@ def start_local_ray(slots: int) -> Callable[[], None]:
         class SweepNode(Node):
             def start_api_server(self, *, include_dashboard, raise_on_failure):
                 pass  # no job or state API on a sweep's own Ray
+
+            def start_ray_processes(self):  # Node's fixed 30 s for the raylet: too few under load
+                super().start_ray_processes()
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    with contextlib.suppress(RuntimeError):
+                        return ray._private.services.get_node(self.gcs_address, self._node_id)
+                    time.sleep(0.5)
         params = RayParams(num_cpus=slots, include_dashboard=False, no_monitor=True,
                            include_log_monitor=False)
         node = SweepNode(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
