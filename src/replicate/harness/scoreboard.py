@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import chapters, format_value
 from ..runtime import BOOK_DIR
-from ..verdict import reproduced
+from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, preset_label, refresh_chapter_page, runtime_text,
                          seeds_summary)
 from .seeds import load_seeds
@@ -62,7 +62,7 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None) -> str:
                   f"Preset `{preset_label(r)}`, seed {r['seed']}, commit `{r['git_commit']}`.", "",
                   "| Check | Kind | Result | Ours | Paper |", "|---|---|---|---|---|"]
         for c in r["checks"]:
-            result = "—" if c["kind"] == "report" else ("PASS" if c["passed"] else "FAIL")
+            result = "—" if c["kind"] == "report" else word(c)
             lines.append(f"| {_cell(c['name'])} | {c['kind']} | {result} | {_cell(c['ours'])} | "
                          f"{_cell(c['paper'])} |")
     return "\n".join(lines) + "\n"
