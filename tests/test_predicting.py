@@ -195,3 +195,21 @@ def test_train_modular_stops_once_generalised(one_thread):
     seen = train_modular(data, 20, stop_at_val_acc=0.0, min_steps=7, measure_steps=[0, 3, 15],
                          measure=lambda t, model: {"t": t}, **kwargs)
     assert [m["step"] for m in seen.measures] == [0, 3]
+
+
+def test_with_patience_a_run_trains_that_share_of_its_generalisation_step_again(one_thread):
+    from replicate.experiments.algorithmic import modular_arithmetic, train_modular
+    data = modular_arithmetic(5, "+", 0.6, seed=0)
+    kwargs = dict(embed_dim=8, hidden=16, lr=1e-2)
+    full = train_modular(data, 40, **kwargs)
+    # a level of 0 is reached at step 1, so the run ends at ceil((1 + patience) x 1)
+    for patience, expected in ((0.0, 1), (1.0, 2), (4.0, 5), (9.5, 11), (100.0, 40)):
+        run = train_modular(data, 40, stop_at_val_acc=0.0, patience=patience, **kwargs)
+        assert len(run.loss) == expected, patience
+        assert np.array_equal(run.loss, full.loss[:expected])
+    # reached before min_steps: the patience counts from the step it was reached, and the run
+    # still trains at least min_steps
+    assert len(train_modular(data, 40, stop_at_val_acc=0.0, min_steps=7, patience=1.0,
+                             **kwargs).loss) == 7
+    assert len(train_modular(data, 40, stop_at_val_acc=0.0, min_steps=2, patience=9.0,
+                             **kwargs).loss) == 10

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import itertools
+import math
 
 import numpy as np
 import torch
@@ -96,12 +97,13 @@ def train_modular(data: AlgorithmicData, steps: int, seed: int = 0, lr: float = 
                   clip_norm: float | None = None,
                   measure_steps: list[int] = (), measure: Callable[[int, nn.Module], dict] | None = None,
                   desc: str = "modular arithmetic", stop_at_val_acc: float | None = None,
-                  min_steps: int = 0) -> ModularRun:
+                  min_steps: int = 0, patience: float = 0.0) -> ModularRun:
     """Full-batch AdamW on cross-entropy. Index t-1 of each curve is the value at step t
     (loss and train accuracy before that step's update, validation accuracy after it).
 
     With `stop_at_val_acc`, training ends at the first step t >= `min_steps` by which the
-    validation accuracy has reached that value, and the curves end at step t."""
+    validation accuracy has reached that value, and the curves end at step t; with `patience`,
+    it goes on until step ceil((1 + patience) x t), so that what follows generalisation is seen."""
     torch.manual_seed(seed)
     model = algorithmic_model(model_kind, data.p, embed_dim, hidden)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
@@ -128,13 +130,16 @@ def train_modular(data: AlgorithmicData, steps: int, seed: int = 0, lr: float = 
     eval_steps = list(measured)
     if stop_at_val_acc is not None:
         eval_steps += list(range(max(min_steps, 1), steps + 1))
-    reached = [False]
+    stop_at: list[int | None] = [None]  # the step training ends at, once the accuracy is reached
 
     def evaluate(t: int) -> dict:
         out = measure(t, model) if measure is not None and t in measured else {}
         if stop_at_val_acc is not None and t >= 1:
-            reached[0] = reached[0] or bool((curves["val_acc"][:t] >= stop_at_val_acc).any())
-            if reached[0]:
+            if stop_at[0] is None:
+                hits = np.flatnonzero(curves["val_acc"][:t] >= stop_at_val_acc)
+                if len(hits):
+                    stop_at[0] = math.ceil((1 + patience) * (int(hits[0]) + 1))
+            if stop_at[0] is not None and t >= stop_at[0]:
                 out["stop"] = True
         return out
 
