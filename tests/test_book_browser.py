@@ -69,9 +69,11 @@ def _pages(html: Path) -> list[Path]:
 
 
 def _inspect(browser, page_path: Path) -> dict:
-    page = browser.new_page(viewport=VIEWPORT)
-    failed = []
+    page = browser.new_page(viewport=VIEWPORT)  # a fresh context: a first visit every time
+    failed, errors = [], []
     page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})"))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(page_path.as_uri(), wait_until="load")
     # MathJax typesets after load; wait for it where the page has math.
     page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
@@ -92,6 +94,13 @@ def _inspect(browser, page_path: Path) -> dict:
           overflowing: pres.filter(p => p.scrollWidth > p.clientWidth + 1)
                      .map(p => p.textContent.split('\\n').find(l => l.length > 90) || ''),
           pageOverflow: document.documentElement.scrollWidth > window.innerWidth,
+          wideTables: Array.from(article.querySelectorAll('table')).filter(t => t.offsetParent
+                     && t.getBoundingClientRect().width > article.clientWidth + 1)
+                     .map(t => (t.querySelector('th') || {}).textContent),
+          references: document.querySelectorAll('.citation').length,
+          unlinkedReferences: Array.from(document.querySelectorAll('.citation'))
+                     .filter(e => !e.querySelector('a.reference.external'))
+                     .map(e => e.textContent.trim().slice(0, 60)),
           firstAfterTitle: next ? next.className : null,
           boxTitle: next && next.classList.contains('verdict-box')
                      ? next.querySelector('.admonition-title').textContent : null,
@@ -100,7 +109,7 @@ def _inspect(browser, page_path: Path) -> dict:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / (page_path.stem + ".png")), full_page=True)
     page.close()
-    facts["failed"] = failed
+    facts["failed"], facts["errors"] = failed, errors
     return facts
 
 
@@ -141,3 +150,78 @@ def test_verdict_box_is_first_under_the_title_and_matches_the_results(pages, cha
     assert "verdict-box" in (facts["firstAfterTitle"] or ""), facts["firstAfterTitle"]
     word = "not reproduced" if not record["reproduced"] else "reproduced"
     assert facts["boxTitle"].startswith(f"Verdict: {word},"), facts["boxTitle"]
+
+
+def test_no_page_logs_a_console_error(pages):
+    errors = {name: f["errors"] for name, f in pages.items() if f["errors"]}
+    assert not errors
+
+
+def test_no_table_is_wider_than_the_text_column(pages):
+    wide = {name: f["wideTables"] for name, f in pages.items() if f["wideTables"]}
+    assert not wide
+
+
+# A 1974 Moscow book with no DOI, arXiv id or online copy we could verify.
+NO_ONLINE_COPY = ("[Rastrigin, 1974]",)
+
+
+def test_every_reference_has_a_link(pages):
+    facts = pages["book/references.html"]
+    assert facts["references"] >= 15
+    unlinked = [text for text in facts["unlinkedReferences"] if not text.startswith(NO_ONLINE_COPY)]
+    assert not unlinked
+
+
+def _open(browser, built_book, page: str, width: int, height: int = 800):
+    tab = browser.new_page(viewport={"width": width, "height": height})
+    tab.goto((built_book / "book" / page).as_uri(), wait_until="load")
+    return tab
+
+
+SIDEBAR_LINKS = """() => { const r = document.querySelector('nav.bd-links').getBoundingClientRect();
+    return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth; }"""
+
+
+def test_the_sidebar_button_opens_the_chapters_on_a_phone(browser, built_book):
+    tab = _open(browser, built_book, "intro.html", 390)
+    assert not tab.evaluate(SIDEBAR_LINKS)
+    tab.locator(".primary-toggle:visible").first.click()
+    tab.wait_for_function(SIDEBAR_LINKS, timeout=5000)
+    tab.close()
+
+
+def test_the_sidebar_button_folds_and_unfolds_the_chapters_on_a_wide_screen(browser, built_book):
+    tab = _open(browser, built_book, "intro.html", 1280)
+    assert tab.evaluate(SIDEBAR_LINKS)
+    tab.locator(".primary-toggle:visible").first.click()
+    tab.wait_for_function(f"() => !({SIDEBAR_LINKS})()", timeout=5000)
+    tab.locator(".primary-toggle:visible").first.click()
+    tab.wait_for_function(SIDEBAR_LINKS, timeout=5000)
+    tab.close()
+
+
+def test_the_scoreboard_fits_in_one_and_a_half_screens(browser, built_book):
+    tab = _open(browser, built_book, "scoreboard.html", 1280, 800)
+    height = tab.evaluate("document.documentElement.scrollHeight")
+    tab.close()
+    assert height <= 1.5 * 800, height
+
+
+@pytest.mark.parametrize("page", ["scoreboard.html", "intro.html"])
+def test_every_verdict_is_on_screen_on_a_phone(browser, built_book, page):
+    tab = _open(browser, built_book, page, 390)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(SHOTS / f"{Path(page).stem}-390.png"), full_page=True)
+    rights = tab.evaluate("() => Array.from(document.querySelectorAll('.scoreboard-table "
+                          ".verdict-badge')).map(b => b.getBoundingClientRect().right)")
+    tab.close()
+    assert len(rights) == len(presets.chapters()) and max(rights) <= 390, rights
+
+
+def test_the_about_page_says_how_to_cite_and_when_it_was_built(pages, built_book):
+    text = (built_book / "book" / "about.html").read_text()
+    assert "grokking_replicated" in text and "CC BY-SA 3.0" in text  # in the BibTeX block
+    assert "This copy of the book was built on" in text and "from commit" in text
+    # No repository set in _config.yml: no repository button in the header.
+    assert "repository-button" not in text and "fa-github" not in text

@@ -1,8 +1,12 @@
 """The parts of a chapter page written from its results: verdict box, checks table, across seeds."""
+import json
+
 import nbformat
 
+from replicate import config as presets
 from replicate import verdict
 from replicate.harness import book_pages, scoreboard
+from replicate.harness.seeds import load_seeds
 
 RECORD = {"chapter": "07_optimizers", "title": "07 · Optimisers", "claim": "Adam reaches the minimum.",
           "preset": "cpu", "reproduced": False, "seed": 0, "device": "cpu (1 thread)",
@@ -106,3 +110,91 @@ def test_scoreboard_has_the_across_seeds_column_and_flags_mixed_commits():
     assert "different or uncommitted code" in page and "`def+dirty`" in page
     clean = scoreboard.render([RECORD])
     assert "All chapters were executed from commit `abc123`." in clean
+
+
+def _seeds_with(values, checks=None):
+    return dict(SEEDS, checks=checks or SEEDS["checks"], values=values)
+
+
+def _row(text, check):
+    return next(line for line in text.splitlines() if line.startswith(f"| {check}"))
+
+
+def test_across_seeds_escapes_a_pipe_in_any_cell_so_the_row_keeps_its_six_cells():
+    values = [dict(SEEDS["values"][0], key="|dcos|")]
+    row = _row(book_pages.across_seeds_section(RECORD, _seeds_with(values)), "adam reaches it")
+    assert "\\|dcos\\|: 0.02" in row
+    assert len(row.replace("\\|", "").strip("|").split("|")) == 6
+
+
+def test_across_seeds_shows_step_counts_as_integers_and_float_noise_as_exact():
+    steps = dict(SEEDS["values"][0], mean=24716.7, sd=1203.4, ci95=[21727.1, 27706.3],
+                 median=24000.0, range=[24000.0, 26000.0],
+                 per_seed={"0": 24000.0, "1": 26000.0, "2": 24150.0})
+    text = _row(book_pages.across_seeds_section(RECORD, _seeds_with([steps])), "adam reaches it")
+    assert "24717 ± 1203" in text and "[21727, 27706]" in text and "e+0" not in text
+    noise = dict(SEEDS["values"][0], mean=0.00748, sd=9.7e-19, ci95=[0.00748, 0.00748])
+    text = _row(book_pages.across_seeds_section(RECORD, _seeds_with([noise])), "adam reaches it")
+    assert "0.00748 ± 0 (identical in every seed)" in text and "e-19" not in text
+
+
+def test_across_seeds_leaves_out_a_row_with_nothing_to_show():
+    checks = SEEDS["checks"] + [{"name": "architecture", "kind": "report", "k": 0, "n": 3}]
+    text = book_pages.across_seeds_section(RECORD, _seeds_with(SEEDS["values"], checks))
+    assert "architecture" not in text and "| sgd does not |" in text
+
+
+def test_scoreboard_opens_with_the_headline_and_a_short_row_per_chapter(tmp_path):
+    page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path)
+    assert "**0 of the 1 claims run so far reproduced** at preset `cpu`" in page
+    row = _row(page, "07 · Optimisers on ravines")
+    assert row.count("|") == 6 and "verdict-badge not-reproduced" in row
+    assert "| 1/2 | 1/3 not robust | 49 s |" in row
+    assert RECORD["claim"] not in row and RECORD["claim"] in page  # the claim is further down
+    assert "not yet run" in _row(page, "03 · Centroid alignment and the NTK")
+
+
+def test_the_intro_summary_goes_under_the_title_and_is_replaced_not_repeated(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "07_optimizers.json").write_text(json.dumps(RECORD))
+    intro = tmp_path / "intro.md"
+    intro.write_text("# The book\n\nWritten by hand.\n")
+    first = scoreboard.write_intro_summary(results, intro).read_text()
+    assert first.startswith("# The book\n\n" + scoreboard.INTRO_START)
+    assert "**0 of the 1 claims run so far reproduced**" in first
+    assert first.rstrip().endswith("Written by hand.")
+    assert scoreboard.write_intro_summary(results, intro).read_text() == first
+
+
+def test_published_scoreboard_and_intro_match_the_results_files(tmp_path):
+    from replicate.runtime import BOOK_DIR
+
+    results = BOOK_DIR / "results"
+    found = {ch: s for ch in presets.chapters() if (s := load_seeds(ch, results))}
+    assert (BOOK_DIR / "scoreboard.md").read_text() == scoreboard.render(
+        scoreboard.load_results(results), found, BOOK_DIR / "claims")
+    intro = tmp_path / "intro.md"
+    intro.write_text((BOOK_DIR / "intro.md").read_text())
+    scoreboard.write_intro_summary(results, intro, BOOK_DIR / "claims")
+    assert intro.read_text() == (BOOK_DIR / "intro.md").read_text()
+
+
+def test_about_page_cites_the_book_names_the_licences_and_is_in_the_toc(tmp_path):
+    config = {"title": "Grokking, replicated", "author": "The authors", "copyright": "2026",
+              "html": {"repository_url": ""}}
+    page = scoreboard.render_about(config, tmp_path)
+    assert "@misc{grokking_replicated," in page and "author = {{The authors}}" in page
+    assert "url =" not in page and "no licence file" in page and "CC BY-SA 3.0" in page
+    (tmp_path / "LICENSE").write_text("MIT")
+    config["html"]["repository_url"] = "https://example.org/book"
+    page = scoreboard.render_about(config, tmp_path)
+    assert "url = {https://example.org/book}" in page and "`LICENSE` file" in page
+    (tmp_path / "about.md").write_text(page)
+    toc = scoreboard.write_toc(tmp_path / "claims", tmp_path / "_toc.yml").read_text()
+    assert "file: book/about" in toc
+
+
+def test_benchmarks_page_calls_the_papers_code_authors_code_not_seed():
+    page = scoreboard.render_page({"threads": 2, "rows": []})
+    assert "| Authors' code |" in page and "| Seed |" not in page and "*Seed*" not in page

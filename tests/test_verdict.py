@@ -47,7 +47,7 @@ def test_scoreboard_lists_every_chapter_and_every_check(tmp_path):
     run.verdict([claim("first check", False, 3.0, "paper says 1"), report("a discrepancy", 2, 1)])
     run.save()
     page = scoreboard.render(scoreboard.load_results(tmp_path / "results"))
-    assert "**not reproduced**" in page and "first check" in page and "a discrepancy" in page
+    assert "verdict-badge not-reproduced" in page and "first check" in page and "a discrepancy" in page
     for ch in presets.chapters().values():
         assert ch.title in page
 

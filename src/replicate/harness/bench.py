@@ -291,7 +291,8 @@ def _run_in_child(name: str) -> list[dict]:
 
 def format_table(rows: list[dict]) -> str:
     num = lambda v: "" if v is None else f"{v:.3g}"  # noqa: E731
-    lines = [f"{'figure':58s} {'ours':>10s} {'unit':9s} {'seed':>8s} {'ratio':>7s}  target"]
+    # "authors": the papers' own code at the same settings (the rows' `seed` field).
+    lines = [f"{'figure':58s} {'ours':>10s} {'unit':9s} {'authors':>8s} {'ratio':>7s}  target"]
     for r in rows:
         met = "" if r["met"] is None else ("  [met]" if r["met"] else "  [MISSED]")
         lines.append(f"{r['figure'][:58]:58s} {num(r['ours']):>10s} {r['unit']:9s} "

@@ -65,6 +65,46 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None) -> s
     return "\n".join(lines)
 
 
+NOISE = 1e-9  # a spread below this fraction of the mean is float rounding, not the seed
+
+
+def exact_across_seeds(value: dict) -> bool:
+    """Whether a number came out the same in every seed: its spread is zero or rounding noise
+    (below `NOISE` of the mean, e.g. 9.7e-19 around 0.00748)."""
+    return value["sd"] is not None and abs(value["sd"]) <= NOISE * abs(value["mean"])
+
+
+def seeds_number(x: float, whole: bool, digits: int = 3) -> str:
+    """A number of the across-seeds table: a whole number for step-like counts (`whole`) and for
+    anything from 100 up (24716 ± 1203, not 2.47e+04 ± 1.2e+03), `digits` significant digits
+    otherwise and beyond 1e9."""
+    return f"{x:.0f}" if (whole or abs(x) >= 100) and abs(x) < 1e9 else format_value(x, digits)
+
+
+def seeds_cells(value: dict) -> tuple[str, str, str]:
+    """(mean ± s.d., 95% interval, median [range]) of one number across seeds, formatted by its
+    kind: counts (every seed's value a whole number, 100 or more) as integers, and a number that
+    is the same in every seed shown as exact."""
+    per_seed = list((value.get("per_seed") or {}).values())
+    whole = abs(value["mean"]) >= 100 and bool(per_seed) and all(
+        float(v).is_integer() for v in per_seed)
+    num = lambda x, digits=3: seeds_number(x, whole, digits)  # noqa: E731
+    key = f"{value['key']}: " if value.get("key") else ""
+    if exact_across_seeds(value):
+        mean = f"{key}{num(value['mean'])} ± 0"
+    else:
+        mean = f"{key}{num(value['mean'])} ± {num(value['sd'], 2)}"
+    interval = f"[{num(value['ci95'][0])}, {num(value['ci95'][1])}]" if value.get("ci95") else ""
+    median = (f"{num(value['median'])} [{num(value['range'][0])}, {num(value['range'][1])}]"
+              if value.get("median") is not None else "")
+    return mean, interval, median
+
+
+def table_cell(text: str) -> str:
+    """Text in a Markdown table cell: a `|` (as in `|dcos|`) would end the cell: escaped."""
+    return text.replace("|", "\\|").replace("\n", " ") or "—"
+
+
 def across_seeds_section(record: dict, seeds: dict | None) -> str:
     name = record["chapter"]
     if not seeds:
@@ -75,24 +115,21 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
                  summary=seeds_summary(seeds), interval=seeds["interval"]),
              "", "| Check | Kind | Seeds passing | Mean ± s.d. | 95% interval | Median [range] |",
              "|---|---|---|---|---|---|"]
-    fv, values = format_value, seeds.get("values", [])
+    values = seeds.get("values", [])
     for c in seeds["checks"]:
-        k = "—" if c["kind"] == "report" else f"{c['k']}/{c['n']}"
+        k = "" if c["kind"] == "report" else f"{c['k']}/{c['n']}"
         failed = ", ".join(s for s, ok in c.get("per_seed", {}).items() if ok is False)
         k += f" (fails for seed {failed})" if failed else ""
         spread = [v for v in values if v["check"] == c["name"] and v.get("sd") is not None]
-        mean = "; ".join(f"{(v['key'] + ': ') if v.get('key') else ''}{fv(v['mean'])} ± "
-                         f"{fv(v['sd'], 2)}" for v in spread)
-        if spread and not any(v["sd"] for v in spread):
+        columns = list(zip(*(seeds_cells(v) for v in spread))) or [(), (), ()]
+        mean, interval, median = ("; ".join(filter(None, column)) for column in columns)
+        if not (k or mean or interval or median):
+            continue  # a report line with no number across seeds: nothing to show
+        if spread and all(exact_across_seeds(v) for v in spread):
             # Identical numbers in every seed: the seed does not reach what this check measures.
             mean += " (identical in every seed)"
-        interval = "; ".join(f"[{fv(v['ci95'][0])}, {fv(v['ci95'][1])}]"
-                             for v in spread if v.get("ci95"))
-        median = "; ".join(f"{fv(v['median'])} [{fv(v['range'][0])}, {fv(v['range'][1])}]"
-                           for v in spread if v.get("median") is not None)
-        check = c["name"].replace("|", "\\|")
-        lines.append(f"| {check} | {c['kind']} | {k} | {mean or '—'} | {interval or '—'} | "
-                     f"{median or '—'} |")
+        lines.append("| " + " | ".join(table_cell(text) for text in (
+            c["name"], c["kind"], k, mean, interval, median)) + " |")
     for f in seeds.get("failed", []):
         lines += ["", TEXTS["seeds_failed_run"].format(seed=f.get("seed"),
                                                        error=f.get("error") or "no message")]
@@ -101,8 +138,8 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
             f"{u['name']} (seeds {', '.join(map(str, u['seeds']))})" for u in seeds["unmatched"]))]
     if (chapter := chapters().get(name)) and chapter.get("seed_note"):
         lines += ["", chapter.get("seed_note")]
-    spreads = [v["sd"] for v in values if v.get("sd") is not None]
-    if n > 1 and spreads and not any(spreads):
+    spreads = [v for v in values if v.get("sd") is not None]
+    if n > 1 and spreads and all(exact_across_seeds(v) for v in spreads):
         lines += ["", TEXTS["seeds_identical"]]
     return "\n".join(lines)
 

@@ -6,14 +6,23 @@
   24 MB of the full distribution that `sphinx-mathjax-offline` ships and we copy from.
 - The references page labels entries the way the text cites them, "[Humayun et al., 2024]",
   instead of pybtex's alpha labels ("[HBB24]").
+- Each inline script once per page: Sphinx 7.4 records a script that an extension adds after
+  the builder exists twice (`app.add_js_file(None, body=...)` goes to the registry as filename
+  "" and to the builder as None, which compare unequal), so sphinx-thebe's
+  `const THEBE_JS_URL = ...` ran twice and every page logged a SyntaxError.
+- The repository button in the header when `_config.yml` sets `html.repository_url`.
+- The About page says when and from which commit this copy was built.
 
 Enabled in `_config.yml` under `sphinx.extra_extensions`.
 """
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import shutil
 from pathlib import Path
+
+import yaml
 
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.plain import Style as PlainStyle
@@ -48,6 +57,45 @@ def _use_local_mathjax(app, config) -> None:
     config.mathjax_path = "mathjax/tex-chtml.js"
 
 
+def _each_inline_script_once(app, pagename, templatename, context, doctree) -> None:
+    seen, kept = set(), []
+    for script in context.get("script_files", []):
+        key = (script.filename or "", tuple(sorted(script.attributes.items())))
+        if key not in seen:
+            seen.add(key)
+            kept.append(script)
+    context["script_files"] = kept
+
+
+def repository_url() -> str:
+    """`html.repository_url` of the book's `_config.yml` ("" when unset)."""
+    from ..runtime import PROJECT_ROOT
+
+    config = yaml.safe_load((PROJECT_ROOT / "_config.yml").read_text()) or {}
+    return ((config.get("html") or {}).get("repository_url") or "").strip()
+
+
+def _repository_button(app, config) -> None:
+    if url := repository_url():
+        config.html_theme_options.update(repository_url=url, use_repository_button=True)
+
+
+ABOUT_PAGE = "book/about"
+
+
+def _reread_about_page(app, env, added, changed, removed) -> list[str]:
+    # Its build stamp changes with every build, although its source does not.
+    return [ABOUT_PAGE] if ABOUT_PAGE in env.found_docs else []
+
+
+def _stamp_about_page(app, docname, source) -> None:
+    from ..runtime import git_commit
+
+    if docname == ABOUT_PAGE:
+        source[0] += (f"\n\nThis copy of the book was built on {datetime.date.today():%Y-%m-%d} "
+                      f"from commit `{git_commit()}`.\n")
+
+
 class AuthorYearLabels(BaseLabelStyle):
     """'Humayun et al., 2024' (one or two authors are named in full), 'a'/'b' on clashes."""
 
@@ -78,5 +126,9 @@ register_plugin("pybtex.style.formatting", "authoryear", AuthorYearStyle)
 
 def setup(app):
     app.connect("config-inited", _use_local_mathjax)
+    app.connect("config-inited", _repository_button)
     app.connect("build-finished", _copy_mathjax)
+    app.connect("html-page-context", _each_inline_script_once, priority=900)
+    app.connect("env-get-outdated", _reread_about_page)
+    app.connect("source-read", _stamp_about_page)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

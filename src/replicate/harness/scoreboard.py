@@ -7,8 +7,10 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
+
 from ..config import chapters, format_value
-from ..runtime import BOOK_DIR
+from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, preset_label, refresh_chapter_page, runtime_text,
                          seeds_summary)
@@ -20,6 +22,13 @@ JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json
 def _cell(value) -> str:
     """A value in a Markdown table cell: formatted as on the chapter pages, pipes escaped."""
     return format_value(value).replace("|", "\\|").replace("\n", " ")
+
+
+def chapter_link(name: str, title: str, claims_dir: Path) -> str:
+    """A chapter's title, linked to its page when it has one (an unexecuted chapter has none, and a
+    link without a target fails the build)."""
+    executed = (Path(claims_dir) / f"{name}.ipynb").exists()
+    return f"{{doc}}`{title} <claims/{name}>`" if executed else title
 
 
 def _load(path: Path) -> dict | None:
@@ -42,37 +51,108 @@ def provenance(results: list[dict]) -> str:
             ) if commits else ""
 
 
-def render(results: list[dict], seeds: dict[str, dict] | None = None) -> str:
-    """The scoreboard: one row per chapter in book order, then each published run's checks."""
+def short_title(chapter) -> str:
+    """'01 · Delayed robustness': the number and the short title of `page_texts.yaml`, else the
+    full title."""
+    short = TEXTS["short_titles"].get(chapter.name)
+    return f"{chapter.title.split(' · ')[0]} · {short}" if short else chapter.title
+
+
+def verdict_badge(record: dict | None) -> str:
+    """The verdict as a coloured label (book.css): the colour for a glance, the word for reading."""
+    text = "not yet run" if record is None else (
+        "reproduced" if reproduced(record["checks"]) else "not reproduced")
+    return f'<span class="verdict-badge {text.replace(" ", "-")}">{text}</span>'
+
+
+def headline(results: list[dict], seeds: dict[str, dict]) -> str:
+    """One sentence: how many claims reproduced, how many are robust, what is not run yet."""
+    run = [r for r in results if r["chapter"] in chapters()]
+    ok = sum(reproduced(r["checks"]) for r in run)
+    robust = sum(bool((seeds.get(r["chapter"]) or {}).get("robust")) for r in run)
+    presets = sorted({preset_label(r) for r in run})
+    at = f"at preset `{presets[0]}`" if len(presets) == 1 else "at the presets the chapters name"
+    text = (f"**{ok} of the {len(run)} claims run so far reproduced** {at}, and {robust} of "
+            f"them are robust across seeds")
+    if pending := len(chapters()) - len(run):
+        text += f"; {pending} chapter{'s' if pending > 1 else ''} not yet run"
+    return text + "."
+
+
+def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path) -> list[str]:
+    """One short row per chapter, what a reader scans (the claims and checks come further down)."""
+    by_name = {r["chapter"]: r for r in results}
+    lines = [":::{container} scoreboard-table", "| Chapter | Verdict | Claim checks | Across seeds "
+             "| Runtime |", "|---|---|---|---|---|"]
+    for name, ch in chapters().items():
+        r, s = by_name.get(name), seeds.get(name)
+        checks = "{}/{}".format(*claim_counts(r)) if r else "—"
+        across = (f"{s['reproduced']['k']}/{s['reproduced']['n']}"
+                  f"{' robust' if s['robust'] else ' not robust' if s['robust'] is False else ''}"
+                  if s else "—")
+        runtime = f"{r['duration_s']:.0f} s" if r else "—"
+        lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
+                     f"| {checks} | {across} | {runtime} |")
+    return lines + [":::"]
+
+
+def render(results: list[dict], seeds: dict[str, dict] | None = None,
+           claims_dir: Path = BOOK_DIR / "claims") -> str:
+    """The scoreboard: the headline, one short row per chapter, then (folded) every chapter's
+    claim and checks."""
     by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
-    lines = [TEXTS["header"], provenance(results), "| Chapter | Claim | Preset | Verdict | Claim "
-             "checks | Across seeds | Runtime | Device |", "|---|---|---|---|---|---|---|---|"]
-    for ch in chapters().values():
-        if (r := by_name.get(ch.name)) is None:
-            lines.append(f"| {ch.title} | {_cell(ch.claim)} | | not yet run | | | | |")
+    lines = [TEXTS["header"], headline(results, seeds), "",
+             *summary_table(results, seeds, claims_dir), "", TEXTS["scoreboard_legend"],
+             provenance(results), ":::{dropdown} Every claim and its checks"]
+    for name, ch in chapters().items():
+        if (r := by_name.get(name)) is None:
+            lines += ["", f"**{ch.title}.** {ch.claim} *Not yet run.*"]
             continue
-        verdict = "**reproduced**" if reproduced(r["checks"]) else "**not reproduced**"
-        passed, total = claim_counts(r)
-        lines.append(f"| {{doc}}`{ch.title} <claims/{ch.name}>` | {_cell(r['claim'])} | "
-                     f"{_cell(preset_label(r))} | {verdict} | {passed}/{total} | "
-                     f"{seeds_summary(seeds.get(ch.name))} | {runtime_text(r)} | "
-                     f"{_cell(r['device'])} |")
-    for r in results:
-        lines += ["", f"## {r['title']}", "",
-                  f"Preset `{preset_label(r)}`, seed {r['seed']}, commit `{r['git_commit']}`.", "",
+        lines += ["", f"**{ch.title}.** {r['claim']}", "",
+                  f"Preset `{preset_label(r)}`, seed {r['seed']}, {runtime_text(r)} on "
+                  f"{r['device']}, commit `{r['git_commit']}`. Across seeds: "
+                  f"{seeds_summary(seeds.get(name))}.", "",
                   "| Check | Kind | Result | Ours | Paper |", "|---|---|---|---|---|"]
         for c in r["checks"]:
             result = "—" if c["kind"] == "report" else word(c)
             lines.append(f"| {_cell(c['name'])} | {c['kind']} | {result} | {_cell(c['ours'])} | "
                          f"{_cell(c['paper'])} |")
+    lines.append(":::")
     return "\n".join(lines) + "\n"
+
+
+INTRO_START = "<!-- scoreboard summary: written by `python -m replicate build`; edit outside -->"
+INTRO_END = "<!-- end of the scoreboard summary -->"
+
+
+def write_intro_summary(results_dir: Path, intro: Path, claims_dir: Path | None = None) -> Path:
+    """Put the scoreboard's headline and table right under the intro's title, between markers
+    (the rest of the intro is written by hand). Chapters link into `claims_dir` (default:
+    `claims/` next to the intro) when they have a page there."""
+    results = load_results(results_dir)
+    seeds = {ch: r for ch in chapters() if (r := load_seeds(ch, results_dir))}
+    claims = Path(claims_dir or Path(intro).parent / "claims")
+    sentence = headline(results, seeds) + " The {doc}`scoreboard` has each claim and check."
+    block = "\n".join([INTRO_START, "", sentence, "", *summary_table(results, seeds, claims), "",
+                       INTRO_END])
+    text = Path(intro).read_text()
+    if INTRO_START in text:
+        before, rest = text.split(INTRO_START, 1)
+        text = before + block + rest.split(INTRO_END, 1)[1]
+    else:
+        title, rest = text.split("\n", 1)
+        text = f"{title}\n\n{block}\n{rest}"
+    Path(intro).write_text(text)
+    return intro
 
 
 def write_toc(claims_dir: Path, toc: Path) -> Path:
     """`_toc.yml` with every chapter that has an executed notebook, in book order."""
     lines = ["# Written by `python -m replicate build` from the chapters in book/claims/.",
-             "format: jb-book", "root: book/intro", "parts:",
-             "  - caption: Results", "    chapters:", "      - file: book/scoreboard"]
+             "format: jb-book", "root: book/intro", "parts:"]
+    if (Path(toc).parent / "about.md").exists():
+        lines += ["  - caption: Front matter", "    chapters:", "      - file: book/about"]
+    lines += ["  - caption: Results", "    chapters:", "      - file: book/scoreboard"]
     if executed := [ch for ch in chapters() if (Path(claims_dir) / f"{ch}.ipynb").exists()]:
         lines += ["  - caption: Claims", "    chapters:",
                   *(f"      - file: book/claims/{ch}" for ch in executed)]
@@ -89,8 +169,26 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
 def write_scoreboard(results_dir: Path, page: Path) -> Path:
     """`scoreboard.md`, with the across-seeds column from the chapters' `.seeds.json` files."""
     found = {ch: load_seeds(ch, results_dir) for ch in chapters()}
-    page.write_text(render(load_results(results_dir), {ch: r for ch, r in found.items() if r}))
+    page.write_text(render(load_results(results_dir), {ch: r for ch, r in found.items() if r},
+                           Path(page).parent / "claims"))
     return page
+
+
+def render_about(config: dict, project_root: Path) -> str:
+    """The About page: how to cite the book (from `_config.yml`: title, author, year and
+    `html.repository_url`) and the licences. The build date and commit are added by
+    `book_sphinx` when Sphinx reads the page, so that this file changes only with its content."""
+    url = ((config.get("html") or {}).get("repository_url") or "").strip()
+    fields = [("title", config["title"]), ("author", "{" + config["author"] + "}"),  # one name
+              ("year", config.get("copyright", "")), ("howpublished", "Jupyter Book"),
+              *([("url", url)] if url else [])]
+    citation = "@misc{grokking_replicated,\n" + ",\n".join(
+        f"  {key} = {{{value}}}" for key, value in fields) + "\n}"
+    licences = sorted(project_root.glob("LICEN[CS]E*"))
+    code = (TEXTS["code_licence_file"].format(name=licences[0].name) if licences
+            else TEXTS["code_licence_missing"])
+    return TEXTS["about"].format(citation=citation, code_licence=code,
+                                 repository=f" The code: <{url}>." if url else "") + "\n"
 
 
 def write_judging(judging_dir: Path, page: Path) -> Path:
@@ -117,7 +215,8 @@ def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str
     """The teaching page: runtimes from the results files, exercises from the executed chapters
     (the pages the book renders, so that every link has a target)."""
     known, lines, exercises = chapters(), [TEXTS["teaching_header"]], {}
-    lines += [f"{i}. {{doc}}`{known[c['chapter']].title} <claims/{c['chapter']}>`: {c['why']}"
+    lines += [f"{i}. {chapter_link(c['chapter'], known[c['chapter']].title, claims_dir)}: "
+              f"{c['why']}"
               for i, c in enumerate(TEXTS["course_order"], 1) if c["chapter"] in known]
     lines += ["", "\n\n".join(TEXTS["teaching_costs"]), "",
               "| Chapter | `smoke` | `cpu` | Exercises |", "|---|---|---|---|"]
@@ -126,7 +225,7 @@ def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str
         exercises[name] = exercise_labels(notebook) if notebook.exists() else []
         runs = [_load(Path(folder) / f"{name}.json") for folder in (smoke_dir, results_dir)]
         times = " | ".join("not yet run" if r is None else runtime_text(r) for r in runs)
-        lines.append(f"| {{doc}}`{ch.title} <claims/{name}>` | {times} | "
+        lines.append(f"| {chapter_link(name, ch.title, claims_dir)} | {times} | "
                      f"{len(exercises[name]) or '—'} |")
     listed = [f"- {ch.title.split(' · ')[0]}: " + "; ".join(
         f"{{ref}}`{title or label} <{label}>`" for label, title in exercises[name]) + "."
@@ -156,10 +255,13 @@ def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> 
 def write_pages(results_dir: Path) -> int:
     """Every page `build` writes before Jupyter Book runs. Returns 0."""
     write_teaching(results_dir, BOOK_DIR / "teaching.md")  # before the toc, which lists it
+    config = yaml.safe_load((PROJECT_ROOT / "_config.yml").read_text())
+    (BOOK_DIR / "about.md").write_text(render_about(config, PROJECT_ROOT))  # and this one
     write_toc(BOOK_DIR / "claims", BOOK_DIR / "_toc.yml")
     write_judging(JUDGING_DIR, BOOK_DIR / "judging.md")
     refresh_pages(results_dir)
     page = write_scoreboard(results_dir, BOOK_DIR / "scoreboard.md")
+    write_intro_summary(results_dir, BOOK_DIR / "intro.md")
     if (mixed := provenance(load_results(results_dir))).startswith("**"):
         print("warning: " + mixed.replace("**", "").strip(), file=sys.stderr)
     if BENCHMARKS_FILE.exists():
