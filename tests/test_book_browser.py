@@ -102,6 +102,8 @@ def _inspect(browser, page_path: Path) -> dict:
                      .filter(e => !e.querySelector('a.reference.external'))
                      .map(e => e.textContent.trim().slice(0, 60)),
           firstAfterTitle: next ? next.className : null,
+          runYourself: !!article.querySelector('section#run-this-chapter-yourself'),
+          injectedParameters: pres.some(p => p.textContent.trim().startsWith('# Parameters')),
           boxTitle: next && next.classList.contains('verdict-box')
                      ? next.querySelector('.admonition-title').textContent : null,
         };
@@ -116,6 +118,13 @@ def _inspect(browser, page_path: Path) -> dict:
 @pytest.fixture(scope="module")
 def pages(browser, built_book):
     return {p.relative_to(built_book).as_posix(): _inspect(browser, p) for p in _pages(built_book)}
+
+
+def test_every_chapter_ends_with_how_to_run_it_and_hides_the_injected_parameters(pages):
+    chapters = {name: f for name, f in pages.items() if name.startswith("book/claims/")}
+    assert chapters
+    assert not [name for name, f in chapters.items() if not f["runYourself"]]
+    assert not [name for name, f in chapters.items() if f["injectedParameters"]]
 
 
 def test_every_request_and_image_loads(pages):

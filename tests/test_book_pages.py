@@ -62,8 +62,9 @@ def test_box_goes_right_under_the_title_and_seeds_before_try_this(tmp_path):
     assert "{ref}`judging-07_optimizers`" in cells[1].source
     assert "rests on one seed" in cells[1].source
     assert cells[2].source.startswith("> the claim")
-    assert cells[-2].metadata["tags"] == ["across-seeds"] and "not been run across seeds" in cells[-2].source
-    assert cells[-1].source.startswith("## Try this")
+    assert cells[-3].metadata["tags"] == ["across-seeds"] and "not been run across seeds" in cells[-3].source
+    assert cells[-2].source.startswith("## Try this")
+    assert cells[-1].metadata["tags"] == ["run-yourself"]
 
 
 def test_refresh_is_idempotent_and_replaces_the_old_box(tmp_path):
@@ -77,6 +78,26 @@ def test_refresh_is_idempotent_and_replaces_the_old_box(tmp_path):
     assert len(cells) == len(nbformat.reads(first, as_version=4).cells)
     assert sum("verdict-box" in c.metadata.get("tags", []) for c in cells) == 1
     assert "Verdict: reproduced" in cells[1].source and ":class: tip" in cells[1].source
+
+
+def test_the_page_ends_with_how_to_run_the_chapter_and_drops_the_injected_parameters(tmp_path):
+    path = _notebook(tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    injected = nbformat.v4.new_code_cell('# Parameters\nspec = {"preset": "cpu"}')
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb.cells.insert(1, injected)
+    nbformat.write(nb, path)
+    book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
+    cells = nbformat.read(path, as_version=4).cells
+    last = cells[-1].source
+    assert last.startswith("## Run this chapter yourself")
+    assert "make book" in last and "make test" in last
+    assert "-m replicate run 07_optimizers --preset smoke" in last
+    assert "papermill notebooks/07_optimizers.ipynb" in last and "49 s" in last
+    parameters = [c for c in cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert parameters and parameters[0].metadata["tags"] == ["injected-parameters", "remove-cell"]
+    # a second refresh with the same record changes nothing: one section, the tag once
+    assert not book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
 
 
 def test_across_seeds_shows_k_of_n_failing_seeds_and_the_spread():

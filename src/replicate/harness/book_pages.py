@@ -13,7 +13,10 @@ from ..config import chapters, format_value, label
 from ..runtime import atomic_write
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
-BOX_TAG, SEEDS_TAG = "verdict-box", "across-seeds"
+BOX_TAG, SEEDS_TAG, RUN_TAG = "verdict-box", "across-seeds", "run-yourself"
+# Papermill tags the cell it adds with the run's parameters; the reader sees the spec in the
+# printed setup, so the page drops the cell.
+INJECTED_TAG, REMOVE_TAG = "injected-parameters", "remove-cell"
 
 
 def preset_label(record: dict) -> str:
@@ -144,14 +147,38 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
     return "\n".join(lines)
 
 
+def run_yourself_section(record: dict) -> str:
+    """The page's last section: how to run this chapter, from a fresh clone to new parameters."""
+    name = record["chapter"]
+    return "\n".join([
+        "## Run this chapter yourself", "",
+        "From a clone of the project, with Python 3.10 or newer and `make` (no GPU needed):", "",
+        "```bash",
+        "make book   # once: the environment in .venv, every chapter at cpu, this book in _build/",
+        "make test   # the tests, every chapter at smoke, the built book in a browser",
+        f".venv/bin/python -m replicate run {name}                  # this chapter at cpu",
+        f".venv/bin/python -m replicate run {name} --preset smoke   # every cell, in seconds",
+        f".venv/bin/python -m replicate list {name}                 # its parameters",
+        f".venv/bin/python -m replicate run {name} -p seed 1        # one change -> runs/",
+        "```", "",
+        f"At `{preset_label(record)}` this chapter took {runtime_text(record)} on "
+        f"{record.get('device', 'a CPU')} when it was published. In Jupyter, open "
+        f"`notebooks/{name}.ipynb` and edit its `parameters` cell; with papermill:", "",
+        "```bash",
+        f".venv/bin/papermill notebooks/{name}.ipynb out.ipynb -k python3 \\",
+        "    -y '{spec: {preset: smoke, overrides: {seed: 1}}}'",
+        "```"])
+
+
 def judging_label(chapter: str, judging_dir: Path) -> str | None:
     return f"judging-{chapter}" if (Path(judging_dir) / f"{chapter}.md").exists() else None
 
 
 def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
                          judging_dir: Path) -> bool:
-    """Put the verdict box under the title and the across-seeds section before "Try this", in
-    place of earlier versions. Returns whether the notebook changed."""
+    """Put the verdict box under the title, the across-seeds section before "Try this" and
+    "Run this chapter yourself" at the end, in place of earlier versions, and drop papermill's
+    parameters cell from the page. Returns whether the notebook changed."""
     import nbformat
 
     def cell(source: str, id: str, metadata: dict):
@@ -160,7 +187,12 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
 
     nb = nbformat.read(notebook, as_version=4)
     before = nbformat.writes(nb)
-    cells = [c for c in nb.cells if not set(c.metadata.get("tags", [])) & {BOX_TAG, SEEDS_TAG}]
+    cells = [c for c in nb.cells
+             if not set(c.metadata.get("tags", [])) & {BOX_TAG, SEEDS_TAG, RUN_TAG}]
+    for c in cells:
+        tags = c.metadata.get("tags", [])
+        if INJECTED_TAG in tags and REMOVE_TAG not in tags:
+            c.metadata["tags"] = [*tags, REMOVE_TAG]
     # The title gets a cell of its own, so that the box comes right under it.
     first = cells[0]
     if first.cell_type == "markdown" and "\n" in first.source.strip():
@@ -175,6 +207,7 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
                      and c.source.lstrip().lower().startswith("## try this")), len(cells))
     cells.insert(try_this, cell(across_seeds_section(record, seeds), SEEDS_TAG,
                                 {"tags": [SEEDS_TAG]}))
+    cells.append(cell(run_yourself_section(record), RUN_TAG, {"tags": [RUN_TAG]}))
     nb.cells = cells
     after = nbformat.writes(nb)
     if after != before:
