@@ -172,8 +172,8 @@ def record(seed, passes, value, extra=None, preset="cpu", overrides=None, params
 
 
 def test_aggregation_numbers_against_a_hand_made_example():
-    # Values 1, 2, 4: mean 7/3; sample variance ((4/3)^2 + (1/3)^2 + (5/3)^2) / 2 = 7/3;
-    # t(0.975, 2 d.f.) = 4.302653; half-width 4.302653 * sqrt(7/3) / sqrt(3) = 3.794583.
+    # Values 1, 2, 4: mean 7/3; sample variance ((4/3)^2 + (1/3)^2 + (5/3)^2) / 2 = 7/3; three
+    # seeds are too few for an interval (the Student-t one, [-1.46, 6.13], left the range [1, 4]).
     records = {0: record(0, [True, True], 1.0), 1: record(1, [True, False], 2.0),
                2: record(2, [False, True], 4.0, extra="at step 1234")}
     agg = seeds.aggregate_records(records)
@@ -187,7 +187,7 @@ def test_aggregation_numbers_against_a_hand_made_example():
     assert value["key"] is None and value["n"] == 3
     assert value["mean"] == pytest.approx(7 / 3, rel=1e-5)
     assert value["sd"] == pytest.approx(math.sqrt(7 / 3), rel=1e-5)
-    assert value["ci95"] == pytest.approx([7 / 3 - 3.794583, 7 / 3 + 3.794583], rel=1e-5)
+    assert value["ci95"] is None
     assert value["per_seed"] == {"0": 1.0, "1": 2.0, "2": 4.0}
     assert value["median"] == 2.0 and value["range"] == [1.0, 4.0]
     # dict-valued ours: one entry per numeric key; lists and strings are skipped
@@ -199,7 +199,27 @@ def test_aggregation_numbers_against_a_hand_made_example():
     odd = next(c for c in agg["checks"] if c["name"] == "at step 1234")
     assert (odd["k"], odd["n"]) == (1, 3)
     assert agg["robust"] is False  # 2/3 < 80%
-    assert agg["interval"].startswith("95% Student-t")
+    assert agg["interval"].startswith("95% bootstrap percentile interval")
+
+
+def test_the_bootstrap_interval_matches_the_exact_bootstrap_distribution_and_stays_in_range():
+    import itertools
+
+    import numpy as np
+    # Five skewed seeds (a count with one outlier): every one of the 5^5 resamples is equally
+    # likely, so the exact percentile interval of the resampled mean is computable by hand.
+    values = [0.0, 0.0, 1.0, 2.0, 8.0]
+    means = np.array([np.mean(r) for r in itertools.product(values, repeat=5)])
+    exact = np.quantile(means, [0.025, 0.975])
+    got = seeds.bootstrap_interval(values)
+    assert got == pytest.approx(exact, abs=0.15)  # 10,000 draws against the exact 3,125
+    assert seeds.bootstrap_interval(values) == got  # seeded: the same on every aggregation
+    summary = seeds.summarise(values)
+    low, high = summary["ci95"]
+    assert summary["range"][0] <= low <= summary["mean"] <= high <= summary["range"][1]
+    # the Student-t interval of the same values, 2.2 -/+ 4.2, would reach below zero
+    assert seeds.summarise([3.0] * 6)["ci95"] == [3.0, 3.0]
+    assert seeds.summarise(values[:4])["ci95"] is None and seeds.summarise(values[:4])["sd"]
 
 
 def test_robust_means_every_claim_check_in_at_least_80_percent_of_seeds():

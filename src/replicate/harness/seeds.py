@@ -15,7 +15,10 @@ from ..verdict import reproduced as all_claims_pass
 SWEEPS_DIR, RESULTS_DIR = BOOK_DIR / "sweeps", BOOK_DIR / "results"
 ROBUST_SHARE = 0.8
 ROBUST_RULE = "each claim check passes in at least 80% of seeds"
-INTERVAL = "95% Student-t interval of the mean"
+MIN_SEEDS_FOR_INTERVAL = 5
+BOOTSTRAP_RESAMPLES = 10_000
+INTERVAL = (f"95% bootstrap percentile interval of the mean ({BOOTSTRAP_RESAMPLES:,} resamples; "
+            f"with fewer than {MIN_SEEDS_FOR_INTERVAL} seeds only the median and the range)")
 
 
 def group_of(record: dict) -> tuple[str, str, str] | None:
@@ -54,9 +57,27 @@ def collect_runs(chapter: str, preset: str, overrides: dict, results_dir: Path =
     return dict(sorted(runs.items())), failed, note
 
 
+def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP_RESAMPLES,
+                       level: float = 0.95, seed: int = 0) -> list[float]:
+    """Percentile bootstrap interval of the mean: the (1 - level) / 2 and (1 + level) / 2
+    quantiles of the means of `resamples` resamples with replacement. Every resampled mean lies
+    between the smallest and the largest value, so the interval never leaves the range the
+    seeds can take (a Student-t interval over three skewed seeds can, even below zero for a
+    count). Seeded, so that the seeds file is the same on every aggregation."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=float)
+    draws = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
+    means = x[draws].mean(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return [float(max(low, x.min())), float(min(high, x.max()))]  # rounding must not leave it
+
+
 def summarise(values: list[float]) -> dict:
-    """Mean, sample standard deviation and the 95% Student-t interval of the mean; with them the
-    median and the range, which is how the papers report a handful of seeds."""
+    """Mean, sample standard deviation and, from `MIN_SEEDS_FOR_INTERVAL` seeds on, the 95%
+    bootstrap interval of the mean; with them the median and the range, which is how the papers
+    report a handful of seeds (and all this file says for fewer)."""
     def rounded(value: float) -> float:  # six significant digits keep the seeds file readable
         return float(f"{value:.6g}")
 
@@ -67,12 +88,14 @@ def summarise(values: list[float]) -> dict:
     median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
     sd = ci95 = None
     if n > 1:  # one seed has no spread to estimate
-        from scipy.stats import t
-        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-        half = float(t.ppf(0.975, n - 1)) * spread / math.sqrt(n)
-        sd, ci95 = rounded(spread), [rounded(mean - half), rounded(mean + half)]
+        sd = rounded(math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)))
+    span = [rounded(ordered[0]), rounded(ordered[-1])]
+    if n >= MIN_SEEDS_FOR_INTERVAL:
+        # held inside the range as written, so that rounding cannot carry it past either end
+        low, high = bootstrap_interval(values)
+        ci95 = [max(rounded(low), span[0]), min(rounded(high), span[1])]
     return {"n": n, "mean": rounded(mean), "sd": sd, "ci95": ci95, "median": rounded(median),
-            "range": [rounded(ordered[0]), rounded(ordered[-1])]}
+            "range": span}
 
 
 def aggregate_records(records: dict[int, dict]) -> dict:
