@@ -26,9 +26,18 @@ def test_chapter_rows_and_page(tmp_path):
     (tmp_path / "07_optimizers.seeds.json").write_text(json.dumps({"chapter": "07_optimizers"}))
     rows = bench.chapter_rows(tmp_path)
     assert len(rows) == 2
-    assert rows[0]["ours"] == 2.0 and rows[-1]["met"] is True
+    assert rows[0]["ours"] == 2.0 and rows[0]["met"] is True and rows[-1]["met"] is True
     page = scoreboard.render_page({"threads": 2, "rows": rows})
     assert page.startswith("# How fast is this book?") and "| chapter 07_optimizers at preset cpu | 2 |" in page
+
+
+def test_a_chapter_over_its_target_says_so_and_counts_runs_in_words(tmp_path):
+    (tmp_path / "04_grokalign_speedup.json").write_text(json.dumps(
+        {"chapter": "04_grokalign_speedup", "preset": "cpu", "duration_s": 726.0,
+         "runs": {"reused": 1, "computed": 3}}))
+    row = bench.chapter_rows(tmp_path)[0]
+    assert row["ours"] == 12.1 and row["met"] is False
+    assert row["figure"].endswith("(1 run reused from the cache)")
 
 
 def test_timing_one_benchmark_again_keeps_the_others(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ screenshots are saved under `_build/screenshots/` for a person to look at.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,9 @@ def _inspect(browser, page_path: Path) -> dict:
           rawMath: math.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent),
           navTex: Array.from(document.querySelectorAll('nav.bd-links a'))
                      .map(a => a.textContent).filter(t => /[$\\\\]/.test(t)),
-          overflowing: pres.filter(p => p.scrollWidth > p.clientWidth + 1)
+          // Code scrolls sideways in its own box (book.css); printed output wraps.
+          overflowing: pres.filter(p => (p.closest('.cell_output') || !p.closest('div.highlight'))
+                                        && p.scrollWidth > p.clientWidth + 1)
                      .map(p => p.textContent.split('\\n').find(l => l.length > 90) || ''),
           pageOverflow: document.documentElement.scrollWidth > window.innerWidth,
           wideTables: Array.from(article.querySelectorAll('table')).filter(t => t.offsetParent
@@ -106,6 +109,34 @@ def _inspect(browser, page_path: Path) -> dict:
           injectedParameters: pres.some(p => p.textContent.trim().startsWith('# Parameters')),
           boxTitle: next && next.classList.contains('verdict-box')
                      ? next.querySelector('.admonition-title').textContent : null,
+          figures: imgs.filter(i => i.closest('.cell_output')).map(i => {
+            const figure = i.closest('figure');
+            const caption = figure && figure.querySelector('figcaption');
+            const link = i.closest('a.figure-zoom');
+            return {src: i.src.split('/').pop(), alt: i.getAttribute('alt') || '',
+                    caption: caption ? caption.textContent.trim() : '',
+                    zoom: !!link && link.href === i.src,
+                    cited: !!figure && !!figure.id && Array.from(article.querySelectorAll(
+                      'a[href="#' + figure.id + '"]')).some(a => !figure.contains(a))};
+          }),
+          exercises: Array.from(article.querySelectorAll('.exercise .admonition-title'))
+                     .map(t => t.textContent.trim()),
+          repoPaths: (() => {
+            const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+            const found = [];
+            for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+              if (n.parentElement.closest('script, style')) continue;
+              if (/(^|[^\\w./-])(book|src|\\.cache)\\//.test(n.textContent))
+                found.push(n.textContent.trim().slice(0, 80));
+            }
+            return found;
+          })(),
+          codeScale: (() => {
+            const body = parseFloat(getComputedStyle(article.querySelector('p') || article).fontSize);
+            return Array.from(article.querySelectorAll('div.highlight pre'))
+                     .filter(p => p.offsetParent && !p.closest('.cell_output'))
+                     .map(p => parseFloat(getComputedStyle(p).fontSize) / body);
+          })(),
         };
     }""")
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -148,6 +179,58 @@ def test_nothing_runs_off_the_text_column(pages):
     wide = {name: f["overflowing"][:3] for name, f in pages.items()
             if f["overflowing"] or f["pageOverflow"]}
     assert not wide
+
+
+def _chapter_pages(pages):
+    return {name: f for name, f in pages.items() if name.startswith("book/claims/")}
+
+
+def test_every_figure_has_a_numbered_caption_alt_text_a_reference_and_opens_full_size(pages):
+    chapters = _chapter_pages(pages)
+    assert sum(len(f["figures"]) for f in chapters.values()) >= 20
+    problems = []
+    for name, f in chapters.items():
+        number = int(name.split("/")[-1][:2])
+        for fig in f["figures"]:
+            if not re.match(rf"Figure {number}\.\d+ \S", fig["caption"]):
+                problems.append((name, fig["src"], "caption", fig["caption"][:40]))
+            if len(fig["alt"]) < 20 or re.search(r"[/\\]|\.(png|jpe?g)\b", fig["alt"]):
+                problems.append((name, fig["src"], "alt", fig["alt"]))
+            if not fig["zoom"]:
+                problems.append((name, fig["src"], "no link to the full-size image"))
+            if not fig["cited"]:
+                problems.append((name, fig["src"], "never referred to in the text"))
+    assert not problems
+
+
+def test_exercises_are_numbered_within_their_chapter(pages):
+    for name, f in _chapter_pages(pages).items():
+        number = int(name.split("/")[-1][:2])
+        numbers = [re.match(r"Exercise (\d+)\.(\d+)", t) for t in f["exercises"]]
+        assert all(numbers), (name, f["exercises"])
+        assert [(int(m[1]), int(m[2])) for m in numbers] == [
+            (number, i) for i in range(1, len(numbers) + 1)], (name, f["exercises"])
+
+
+def test_no_text_names_a_path_inside_the_repository(pages):
+    paths = {name: f["repoPaths"][:3] for name, f in pages.items() if f["repoPaths"]}
+    assert not paths
+
+
+def test_code_is_set_near_the_body_size(pages):
+    scales = [s for f in _chapter_pages(pages).values() for s in f["codeScale"]]
+    assert scales and min(scales) >= 0.85
+
+
+def test_figures_keep_a_readable_size_on_a_phone_and_scroll_inside_the_page(browser, built_book):
+    tab = _open(browser, built_book, "claims/04_grokalign_speedup.html", 390)
+    facts = tab.evaluate("""() => ({
+        scales: Array.from(document.querySelectorAll('article.bd-article .cell_output img'))
+                  .map(i => i.clientWidth / i.naturalWidth),
+        pageOverflow: document.documentElement.scrollWidth > window.innerWidth})""")
+    tab.close()
+    assert facts["scales"] and min(facts["scales"]) >= MIN_FIGURE_SCALE
+    assert not facts["pageOverflow"]
 
 
 @pytest.mark.parametrize("chapter", list(presets.chapters()))

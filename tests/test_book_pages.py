@@ -100,6 +100,82 @@ def test_the_page_ends_with_how_to_run_the_chapter_and_drops_the_injected_parame
     assert not book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
 
 
+def test_a_plot_shown_by_plotting_show_becomes_a_numbered_figure_with_caption_and_alt_text(
+        tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from IPython.core.interactiveshell import InteractiveShell
+    from replicate import plotting
+
+    # What the kernel emits: the display's metadata, as IPython attaches it to the output.
+    shell = InteractiveShell.instance()
+    emitted = []
+    shell.display_pub.publish = lambda data, metadata=None, **kw: emitted.append(metadata)
+    fig, _ = plt.subplots()
+    plotting.show(fig, "fig-07-loss", caption="The loss falls. Preset cpu, seed 0.",
+                  alt="A line plot of loss  against step.")
+    assert emitted and not plt.get_fignums()  # shown once, then closed
+    path = _notebook(tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBOR"},
+                                                  metadata=emitted[0])]
+    nbformat.write(nb, path)
+    book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
+    code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"][0]
+    assert code.metadata["mystnb"] == {
+        "figure": {"name": "fig-07-loss", "caption": "The loss falls. Preset cpu, seed 0."},
+        "image": {"alt": "A line plot of loss against step."}}
+    assert not book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
+
+
+def test_a_figure_needs_a_label_a_caption_and_an_alt_text():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pytest
+    from replicate import plotting
+
+    fig, _ = plt.subplots()
+    for name, caption, alt in [("Fig 1", "c", "a"), ("fig-01-x", "", "a"), ("fig-01-x", "c", " ")]:
+        with pytest.raises(ValueError):
+            plotting.show(fig, name, caption, alt)
+    plt.close(fig)
+
+
+def test_across_seeds_goes_before_what_this_shows_when_the_chapter_has_it(tmp_path):
+    path = _notebook(tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_markdown_cell("## What this shows\n\nIt reproduced."))
+    nbformat.write(nb, path)
+    book_pages.refresh_chapter_page(path, RECORD, SEEDS, tmp_path)
+    headings = [c.source.split("\n")[0] for c in nbformat.read(path, as_version=4).cells
+                if c.cell_type == "markdown"]
+    assert headings[-4:] == ["## Across seeds", "## What this shows", "## Try this",
+                             "## Run this chapter yourself"]
+
+
+def test_figures_and_exercises_are_numbered_within_their_chapter():
+    from types import SimpleNamespace
+    from replicate.harness import book_sphinx
+
+    assert book_sphinx.chapter_number("book/claims/04_grokalign_speedup") == 4
+    assert book_sphinx.chapter_number("book/judging/04_grokalign_speedup") is None
+    assert book_sphinx.chapter_number("book/intro") is None
+    # As Sphinx numbers them when the table of contents is not numbered: across the book.
+    env = SimpleNamespace(toc_fignumbers={
+        "book/claims/04_grokalign_speedup": {"figure": {"b": (12,), "a": (11,)},
+                                             "exercise": {"ex-04-small": (9,)}},
+        "book/claims/08_predicting_grokking": {"exercise": {"x": (23,), "y": (24,)}},
+        "book/benchmarks": {"table": {"t": (3,)}}})
+    book_sphinx._number_within_chapters(None, env)
+    assert env.toc_fignumbers == {
+        "book/claims/04_grokalign_speedup": {"figure": {"a": (4, 1), "b": (4, 2)},
+                                             "exercise": {"ex-04-small": (4, 1)}},
+        "book/claims/08_predicting_grokking": {"exercise": {"x": (8, 1), "y": (8, 2)}},
+        "book/benchmarks": {"table": {"t": (1,)}}}
+
+
 def test_across_seeds_shows_k_of_n_failing_seeds_and_the_spread():
     text = book_pages.across_seeds_section(RECORD, SEEDS)
     assert "not robust: 1/3 seeds reproduce" in text

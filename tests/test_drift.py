@@ -52,6 +52,29 @@ def test_a_longer_number_that_moves_a_line_break_is_not_a_difference(capsys):
     assert short.count("\n") != long_.count("\n") and sanitized(short) == sanitized(long_)
 
 
+def test_a_list_of_items_that_grew_reads_the_same_to_nbval_and_drifts_only_by_its_count(capsys):
+    pairs = ["adam@0.01", "adam@0.03", "momentum@0.001", "sgd@0.1"]
+    a = verdict_text(capsys, [claim("some pair shows a double descent", True, pairs, "yes")])
+    b = verdict_text(capsys, [claim("some pair shows a double descent", True,
+                                    pairs + ["rmsprop@1"], "yes")])
+    assert "4 items (listed in the table below)" in a and "adam@0.01" not in a
+    assert sanitized(a) == sanitized(b)
+    published = {"reproduced": True, "checks": [{"name": "dd", "kind": "claim", "passed": True,
+                                                 "ours": {"pairs": pairs * 4}, "paper": "yes"}]}
+    now = copy.deepcopy(published)
+    now["checks"][0]["ours"]["pairs"] = pairs * 4 + ["rmsprop@1"]  # 16 -> 17 items, other names
+    (difference,) = drift.compare(published, now)
+    assert (difference.where, difference.published, difference.now) == ("ours.pairs (count)", 16, 17)
+    assert not difference.within  # 6% > 5%: a chapter loosens it per check where it must
+    assert drift.compare(published, now, drift.Tolerance(rel=0.1))[0].within
+    # same count, other names: nothing the claim needs has changed
+    now["checks"][0]["ours"]["pairs"] = [p + "x" for p in pairs * 4]
+    assert drift.compare(published, now) == []
+    # a list of numbers is still compared number by number
+    assert presets.counted([1.0, "x"]) == [1.0, "x"] and presets.counted(["x"]) == (
+        "1 item (listed in the table below)")
+
+
 def record(**values):
     checks = [{"name": "loss", "kind": "claim", "passed": True, "ours": values.get("loss", 0.5),
                "paper": "below 1"},

@@ -77,6 +77,17 @@ def test_a_notebook_executed_by_hand_leaves_the_book_byte_identical(monkeypatch,
     assert book_digest() == before
 
 
+def test_a_published_chapter_prints_its_verdict_but_names_no_file(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("REPLICATE_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("REPLICATE_RESULTS_SHOWN", "")  # what `run` sets for the book
+    run = ChapterRun(RunSpec.make(CHAPTER, "smoke"))
+    run.verdict([claim("a", True, 1.0, "x")])
+    run.save()
+    out = capsys.readouterr().out
+    assert "REPRODUCED" in out and " s on " in out
+    assert "written to" not in out and str(tmp_path) not in out
+
+
 def _old_pair(tmp_path):
     src_nb, src_json = tmp_path / "new.ipynb", tmp_path / "new.json"
     src_nb.write_text("new notebook"), src_json.write_text("new verdict")
@@ -180,8 +191,9 @@ def test_an_unwritable_book_is_reported_before_anything_runs(monkeypatch, capsys
     assert "book/claims is not writable" in capsys.readouterr().err
 
 
-def test_the_notebook_names_no_temporary_path_for_its_verdict(tmp_path):
-    assert execute._shown(BOOK_DIR / "results" / "c.json", BOOK_DIR / "claims") == "book/results/c.json"
+def test_the_notebook_names_no_temporary_path_for_its_verdict_and_no_path_in_the_book(tmp_path):
+    # The book's reader has no book/results/ folder: a published chapter names no file.
+    assert execute._shown(BOOK_DIR / "results" / "c.json", BOOK_DIR / "claims") == ""
     assert execute._shown(tmp_path / "c.json", tmp_path) == "c.json, beside this notebook"
     hidden = BOOK_DIR / "sweeps" / "c" / ".cpu-seed1.incoming-x"
     assert execute._shown(hidden / "c.json", hidden) == "c.json, beside this notebook"

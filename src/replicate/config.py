@@ -221,6 +221,23 @@ def format_value(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def is_item_list(value: Any) -> bool:
+    """A list of items (names, pairs), not of numbers: which items cross a threshold can change
+    with float noise from one machine to the next, so the verdict cell shows, and `validate`
+    compares, how many there are (`counted`); the items are listed in the checks table."""
+    return isinstance(value, (list, tuple)) and bool(value) and not any(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+
+
+def counted(value: Any) -> Any:
+    """`value` with each list of items (`is_item_list`) replaced by its count, in words."""
+    if is_item_list(value):
+        return f"{len(value)} item{'s' if len(value) != 1 else ''} (listed in the table below)"
+    if isinstance(value, dict):
+        return {k: counted(v) for k, v in value.items()}
+    return value
+
+
 def example(name: str, template: Any) -> str:
     """A command-line setting of `name` that parses to a value of `template`'s type."""
     if isinstance(template, list) and template and not isinstance(template[0], (list, dict)):

@@ -257,8 +257,10 @@ def load_mnist(directory: str | Path | None = None, download: bool = True, verbo
         note = "" if data.source.startswith("standard") else (
             " (MNIST's training files are absent, so the 10,000 official test digits were split "
             "into disjoint train / held-out halves, the same every time)")
+        # The folder is left out: a reader of the book does not have it.
+        where = data.source.split(" in ")[0]
         print(textwrap.fill(f"MNIST: {len(data.train_y)} train / {len(data.test_y)} held-out "
-                            f"digits from the {data.source}{note}", width=96))
+                            f"digits from the {where}{note}", width=96))
     return data
 
 

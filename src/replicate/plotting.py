@@ -1,11 +1,12 @@
 """One figure style for the whole book, and the papers' colours for the data splits."""
 from __future__ import annotations
 
-import textwrap
-
 import matplotlib.pyplot as plt
-from matplotlib.text import Annotation
 import seaborn as sns
+
+# The page build (harness.book_pages) moves what `show` attaches under this key into the cell's
+# `mystnb` metadata, where MyST-NB turns the image into a numbered figure.
+FIGURE_KEY = "replicate_figure"
 
 # As in the papers' figures: train green, test orange, random blue.
 SPLIT_COLORS = {"train": "tab:green", "test": "tab:orange", "random": "tab:blue"}
@@ -17,18 +18,23 @@ def use_book_style() -> None:
                          "figure.constrained_layout.use": True})
 
 
-def caption(fig: plt.Figure, text: str) -> None:
-    """A small grey caption under the figure: which preset and seed produced it.
+def show(fig: plt.Figure, name: str, caption: str, alt: str) -> None:
+    """Show `fig` as a numbered figure of the book, and close it.
 
-    Wrapped to the figure's width, so that a long caption does not widen the figure."""
-    text = textwrap.fill(text, width=max(40, int(12.5 * fig.get_figwidth())))
-    below = getattr(fig, "_legend_below", None)
-    if below is None:
-        fig.text(0.5, -0.02, text, ha="center", va="top", fontsize="small", color="0.35")
-    else:  # under the legend that `legend_below` hung beneath the panels
-        fig.add_artist(Annotation(text, xy=(0.5, 0), xycoords=below, xytext=(0, -4),
-                                  textcoords="offset points", ha="center", va="top",
-                                  fontsize="small", color="0.35"))
+    `name` labels it for cross-references (`{numref}` in the text), e.g. "fig-04-accuracy";
+    `caption` is the Markdown under it, first what to look at, then the run that made it;
+    `alt` says what the image shows, for a reader who cannot see it. In Jupyter the figure
+    shows as usual; in the book the caption is text, numbered per chapter ("Figure 4.1")."""
+    from IPython.display import display
+
+    if not name.startswith("fig-") or not name.replace("-", "").isalnum() or name != name.lower():
+        raise ValueError(f"figure name {name!r}: use lowercase letters, digits and '-', "
+                         "starting 'fig-'")
+    if not caption.strip() or not alt.strip():
+        raise ValueError(f"figure {name}: give both a caption and an alt text")
+    display(fig, metadata={FIGURE_KEY: {"name": name, "caption": caption.strip(),
+                                        "alt": " ".join(alt.split())}})
+    plt.close(fig)
 
 
 def contour(ax: plt.Axes, f, xlim: tuple[float, float], ylim: tuple[float, float],
@@ -68,6 +74,5 @@ def legend_below(fig: plt.Figure, axes=None, ncol: int = 3, **kwargs) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
     if seen:
-        fig._legend_below = fig.legend(list(seen.values()), list(seen.keys()), loc="upper center",
-                                       bbox_to_anchor=(0.5, 0), ncol=min(ncol, len(seen)),
-                                       **kwargs)
+        fig.legend(list(seen.values()), list(seen.keys()), loc="upper center",
+                   bbox_to_anchor=(0.5, 0), ncol=min(ncol, len(seen)), **kwargs)

@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import training
-from .config import RunSpec, format_value, get_chapter
+from .config import RunSpec, counted, format_value, get_chapter
 from .runtime import atomic_write, describe_device, display_path, provenance, results_dir, seed_everything
 
-RESULTS_SHOWN_ENV = "REPLICATE_RESULTS_SHOWN"  # set by `run`: where the verdict is published
+RESULTS_SHOWN_ENV = "REPLICATE_RESULTS_SHOWN"  # set by `run`: where the verdict went ("": the book)
 WIDTH = 96  # printed lines fit the book's text column
 
 
@@ -105,8 +105,9 @@ class ChapterRun:
         print(_wrap(get_chapter(self.chapter).claim, f"Claim ({self.chapter}): ", "  "))
         for c in self.checks:
             print(_wrap(c.name, f"{word(asdict(c)):6s} ", " " * 7))
-            print(_wrap(format_value(c.ours), "       ours: ", " " * 13))
-            print(_wrap(format_value(c.paper), "       paper: ", " " * 14))
+            # A list of items prints as its count: nbval compares these words on any machine.
+            print(_wrap(format_value(counted(c.ours)), "       ours: ", " " * 13))
+            print(_wrap(format_value(counted(c.paper)), "       paper: ", " " * 14))
         claims = [c for c in self.checks if c.kind == "claim"]
         ok = reproduced(self.checks)
         print(_wrap(f"{'REPRODUCED' if ok else 'NOT REPRODUCED'} ({sum(bool(c.passed) for c in claims)}"
@@ -140,8 +141,11 @@ class ChapterRun:
         path = results_dir(self.chapter) / f"{self.chapter}.json"
         atomic_write(path, json.dumps(record, indent=2) + "\n")
         cached = "training runs: {reused} reused from the cache, {computed} computed".format(**record["runs"])
-        shown = os.environ.get(RESULTS_SHOWN_ENV) or display_path(path)
-        print(f"{record['duration_s']} s on {record['device']} ({cached}).\nVerdict written to {shown}.")
+        shown = os.environ.get(RESULTS_SHOWN_ENV)
+        shown = display_path(path) if shown is None else shown
+        print(f"{record['duration_s']} s on {record['device']} ({cached}).")
+        if shown:  # a published chapter ("") names no file: the book's reader has none
+            print(f"Verdict written to {shown}.")
         _display_checks(record["checks"])
         return str(path)
 

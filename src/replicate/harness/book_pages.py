@@ -170,15 +170,27 @@ def run_yourself_section(record: dict) -> str:
         "```"])
 
 
+def figure_metadata(cell) -> dict | None:
+    """The `mystnb` cell metadata that makes a cell's plot a numbered figure with a caption and
+    alt text, from what `plotting.show` attached to the output; None for a cell without one."""
+    from ..plotting import FIGURE_KEY  # here, not above: matplotlib only where a page is written
+    for output in cell.get("outputs", []):
+        if figure := (output.get("metadata") or {}).get(FIGURE_KEY):
+            return {"figure": {"name": figure["name"], "caption": figure["caption"]},
+                    "image": {"alt": figure["alt"]}}
+    return None
+
+
 def judging_label(chapter: str, judging_dir: Path) -> str | None:
     return f"judging-{chapter}" if (Path(judging_dir) / f"{chapter}.md").exists() else None
 
 
 def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
                          judging_dir: Path) -> bool:
-    """Put the verdict box under the title, the across-seeds section before "Try this" and
-    "Run this chapter yourself" at the end, in place of earlier versions, and drop papermill's
-    parameters cell from the page. Returns whether the notebook changed."""
+    """Put the verdict box under the title, the across-seeds section before "What this shows"
+    (or "Try this") and "Run this chapter yourself" at the end, in place of earlier versions;
+    drop papermill's parameters cell from the page and make each plot shown with
+    `plotting.show` a numbered figure. Returns whether the notebook changed."""
     import nbformat
 
     def cell(source: str, id: str, metadata: dict):
@@ -193,6 +205,8 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
         tags = c.metadata.get("tags", [])
         if INJECTED_TAG in tags and REMOVE_TAG not in tags:
             c.metadata["tags"] = [*tags, REMOVE_TAG]
+        if c.cell_type == "code" and (figure := figure_metadata(c)):
+            c.metadata["mystnb"] = figure
     # The title gets a cell of its own, so that the box comes right under it.
     first = cells[0]
     if first.cell_type == "markdown" and "\n" in first.source.strip():
@@ -203,9 +217,11 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
     # Fixed ids, so that refreshing a page with the same results changes nothing.
     box = verdict_box(record, seeds, judging_label(record["chapter"], judging_dir))
     cells.insert(1, cell(box, BOX_TAG, {"tags": [BOX_TAG]}))
-    try_this = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"
-                     and c.source.lstrip().lower().startswith("## try this")), len(cells))
-    cells.insert(try_this, cell(across_seeds_section(record, seeds), SEEDS_TAG,
+    # Across seeds comes before the chapter's summary ("What this shows"), or its exercises.
+    ending = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and any(
+        c.source.lstrip().lower().startswith(h) for h in ("## what this shows", "## try this"))),
+        len(cells))
+    cells.insert(ending, cell(across_seeds_section(record, seeds), SEEDS_TAG,
                                 {"tags": [SEEDS_TAG]}))
     cells.append(cell(run_yourself_section(record), RUN_TAG, {"tags": [RUN_TAG]}))
     nb.cells = cells

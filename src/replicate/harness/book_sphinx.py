@@ -12,6 +12,8 @@
   `const THEBE_JS_URL = ...` ran twice and every page logged a SyntaxError.
 - The repository button in the header when `_config.yml` sets `html.repository_url`.
 - The About page says when and from which commit this copy was built.
+- Figures and exercises are numbered within their chapter, after it: "Figure 4.2", "Exercise 8.1"
+  (Sphinx counts them across the whole book when the table of contents is not numbered).
 
 Enabled in `_config.yml` under `sphinx.extra_extensions`.
 """
@@ -96,6 +98,23 @@ def _stamp_about_page(app, docname, source) -> None:
                       f"from commit `{git_commit()}`.\n")
 
 
+def chapter_number(docname: str) -> int | None:
+    """4 for the chapter page "book/claims/04_grokalign_speedup"; None for any other page."""
+    folder, _, name = docname.rpartition("/")
+    prefix = name.split("_", 1)[0]
+    return int(prefix) if folder.endswith("claims") and prefix.isdigit() else None
+
+
+def _number_within_chapters(app, env) -> list[str]:
+    # Runs after Sphinx has numbered every figure and exercise across the book (priority 900).
+    for docname, kinds in env.toc_fignumbers.items():
+        prefix = (n,) if (n := chapter_number(docname)) is not None else ()
+        for kind, numbers in kinds.items():
+            in_order = sorted(numbers, key=numbers.get)
+            kinds[kind] = {target: (*prefix, i) for i, target in enumerate(in_order, 1)}
+    return []
+
+
 class AuthorYearLabels(BaseLabelStyle):
     """'Humayun et al., 2024' (one or two authors are named in full), 'a'/'b' on clashes."""
 
@@ -131,4 +150,5 @@ def setup(app):
     app.connect("html-page-context", _each_inline_script_once, priority=900)
     app.connect("env-get-outdated", _reread_about_page)
     app.connect("source-read", _stamp_about_page)
+    app.connect("env-get-updated", _number_within_chapters, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -4,7 +4,9 @@ nbval compares the verdict cell's words with the numbers masked (`nbval_sanitize
 two results files are compared check by check: `kind`, `passed` and strings exactly, numbers
 within |ours - published| <= max(REL * max(|ours|, |published|), ABS) (5% or 0.001, whichever is
 looser) or what the chapter's `chapter.yaml` sets, for the chapter and then per check by name:
-`tolerance: {rel: 0.1, abs: 0.01, checks: {"loss at the end": {rel: 0.5}}}`.
+`tolerance: {rel: 0.1, abs: 0.01, checks: {"loss at the end": {rel: 0.5}}}`. A list of items
+(names, pairs: `config.is_item_list`) is compared as its count, within the same tolerance: which
+items cross a threshold can change with float noise, what the claim needs is how many.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import chapters
+from ..config import chapters, is_item_list
 
 REL, ABS = 0.05, 1e-3
 
@@ -65,6 +67,10 @@ def _walk(check: str, where: str, old: Any, new: Any, tol: Tolerance, out: list[
             else:
                 out.append(Difference(check, f"{where}.{key}", old.get(key, "(absent)"),
                                       new.get(key, "(absent)"), False))
+    elif is_item_list(old) and is_item_list(new):
+        if len(old) != len(new):
+            out.append(Difference(check, f"{where} (count)", len(old), len(new),
+                                  tol.allows(len(old), len(new))))
     elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         for i, (a, b) in enumerate(zip(old, new)):
             _walk(check, f"{where}[{i}]", a, b, tol, out)

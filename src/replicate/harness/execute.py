@@ -104,8 +104,11 @@ def stop_kernels() -> None:
 
 
 def _shown(verdict: Path, claims_dir: Path) -> str:
-    """Where the notebook says its verdict went: the book or a run folder by its project path; a
-    folder outside the project or a hidden one (a sweep's, renamed when done) by no path."""
+    """Where the notebook says its verdict went: nowhere for the book (its reader has no such
+    file: ""), a run folder by its project path, a folder outside the project or a hidden one (a
+    sweep's, renamed when done) by no path."""
+    if verdict.resolve().is_relative_to(BOOK_DIR.resolve() / "results"):
+        return ""
     shown = display_path(verdict)
     if Path(shown).is_absolute() or any(part.startswith(".") for part in Path(shown).parts):
         return (f"{verdict.name}, beside this notebook" if verdict.parent == Path(claims_dir)

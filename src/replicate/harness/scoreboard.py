@@ -280,9 +280,11 @@ def chapter_rows(results_dir: Path) -> list[dict]:
     for record in load_results(results_dir):
         total += record["duration_s"]
         reused = (record.get("runs") or {}).get("reused", 0)
-        note = f" ({reused} runs reused from the cache)" if reused else ""
+        runs = "1 run" if reused == 1 else f"{reused} runs"
+        note = f" ({runs} reused from the cache)" if reused else ""
+        minutes = record["duration_s"] / 60
         rows.append(row(f"chapter {record['chapter']} at preset {preset_label(record)}{note}",
-                        record["duration_s"] / 60, "<= 12 min"))
+                        minutes, "<= 12 min", minutes <= 12))
     if rows:
         rows.append(row("whole book, all chapters", total / 60, "<= 45 min", total <= 45 * 60))
     return rows
