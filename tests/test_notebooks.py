@@ -1,6 +1,7 @@
 """Every chapter executes at the smoke preset, and nbval re-executes it to the same verdict."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -50,6 +51,33 @@ def test_pages_point_to_nothing_outside_the_book(chapter):
     text = presets.get_chapter(chapter).notebook.read_text()
     for word in ("CLAIMS.md", "DESIGN.md", "../shared", "the issue"):
         assert word not in text, f"{chapter} mentions {word!r}; say it in the book's own words"
+
+
+def _figures(chapter):
+    """(names shown by plotting.show, names cited with {numref} in the text) of a chapter."""
+    cells = _cells(chapter)
+    code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    shown = re.findall(r'plotting\.show\(\s*fig\w*,\s*"(fig-[a-z0-9-]+)"', code)
+    return shown, set(re.findall(r"\{numref\}`(fig-[a-z0-9-]+)`", text))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_figure_is_named_for_its_chapter_cited_in_the_text_and_the_text_cites_no_other(
+        chapter):
+    shown, cited = _figures(chapter)
+    assert shown, f"{chapter} shows no figure through plotting.show"
+    number = chapter[:2]
+    assert all(name.startswith(f"fig-{number}-") for name in shown), shown
+    # A figure that a run may skip is still shown (as an empty panel): a reference to a figure the
+    # page does not have fails the book's build.
+    assert set(shown) == cited, (set(shown) - cited, cited - set(shown))
+
+
+def test_figure_names_are_unique_across_the_book():
+    # (a name twice within one chapter is one figure drawn in two branches of a cell)
+    names = [name for chapter in CHAPTERS for name in set(_figures(chapter)[0])]
+    assert len(names) == len(set(names)) and len(names) >= 30
 
 
 @pytest.fixture(scope="module")
