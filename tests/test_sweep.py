@@ -178,7 +178,8 @@ def test_aggregation_numbers_against_a_hand_made_example():
                2: record(2, [False, True], 4.0, extra="at step 1234")}
     agg = seeds.aggregate_records(records)
     assert agg["seeds"] == [0, 1, 2] and agg["n"] == 3
-    assert agg["reproduced"] == {"k": 1, "n": 3}
+    # 1 of 3: the lower end solves 1 - (1 - p)**3 = 0.025; the upper end mirrors 2 of 3's lower end
+    assert agg["reproduced"] == {"k": 1, "n": 3, "ci95": [round(1 - 0.975 ** (1 / 3), 4), 0.9057]}
     a = next(c for c in agg["checks"] if c["name"] == "a")
     assert (a["k"], a["n"], a["per_seed"]) == (2, 3, {"0": True, "1": True, "2": False})
     r = next(c for c in agg["checks"] if c["name"] == "r")
@@ -412,3 +413,33 @@ def test_summarise_median_and_range_for_even_and_single_counts():
     one = seeds.summarise([1.69])
     assert (one["median"], one["range"], one["sd"]) == (1.69, [1.69, 1.69], None)
     assert seeds.summarise([])["median"] is None
+
+
+def test_the_pass_rate_interval_is_exact_and_matches_hand_computed_cases():
+    from replicate.harness.seeds import clopper_pearson
+
+    # All passes or none: the interval's far end solves p**n = 0.025 (or (1 - p)**n = 0.025).
+    assert clopper_pearson(3, 3) == [round(0.025 ** (1 / 3), 4), 1.0]  # 0.2924: "29%"
+    assert clopper_pearson(5, 5)[0] == round(0.025 ** (1 / 5), 4)      # 0.4782
+    assert clopper_pearson(0, 5) == [0.0, round(1 - 0.025 ** (1 / 5), 4)]
+    # 1 of 2: the lower end solves 1 - (1 - p)**2 = 0.025, the upper end p**2 = 0.975
+    assert clopper_pearson(1, 2) == [round(1 - 0.975 ** 0.5, 4), round(0.975 ** 0.5, 4)]
+    # 5 of 10, the textbook table: 0.1871 to 0.8129
+    assert clopper_pearson(5, 10) == [0.1871, 0.8129]
+    assert clopper_pearson(0, 0) is None
+
+
+def test_seeds_file_gives_each_claim_check_and_the_whole_claim_its_pass_rate_interval():
+    from replicate.harness import book_pages
+    from replicate.harness.seeds import aggregate_records
+
+    def record(passed):
+        return {"checks": [{"name": "a", "kind": "claim", "passed": passed, "ours": 1.0},
+                           {"name": "r", "kind": "report", "passed": None, "ours": 2.0}]}
+    body = aggregate_records({0: record(True), 1: record(True), 2: record(False)})
+    claim, report = body["checks"]
+    assert claim["k"] == 2 and claim["pass_rate_ci95"] == [0.0943, 0.9916]
+    assert report["pass_rate_ci95"] is None
+    assert body["reproduced"] == {"k": 2, "n": 3, "ci95": [0.0943, 0.9916]}
+    summary = book_pages.seeds_summary(body)
+    assert summary == "not robust: 2/3 seeds reproduce the whole claim (pass rate 9%–99%)"

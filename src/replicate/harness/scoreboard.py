@@ -87,9 +87,12 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path)
     for name, ch in chapters().items():
         r, s = by_name.get(name), seeds.get(name)
         checks = "{}/{}".format(*claim_counts(r)) if r else "—"
-        across = (f"{s['reproduced']['k']}/{s['reproduced']['n']}"
-                  f"{' robust' if s['robust'] else ' not robust' if s['robust'] is False else ''}"
-                  if s else "—")
+        across = "—"
+        if s:
+            word = {True: " robust", False: " not robust", None: ""}[s["robust"]]
+            low, high = s["reproduced"].get("ci95") or (None, None)
+            rate = "" if low is None else f" ({low:.0%}–{high:.0%})"
+            across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}{rate}"
         runtime = f"{r['duration_s']:.0f} s" if r else "—"
         lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
                      f"| {checks} | {across} | {runtime} |")

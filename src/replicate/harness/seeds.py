@@ -17,6 +17,7 @@ ROBUST_SHARE = 0.8
 ROBUST_RULE = "each claim check passes in at least 80% of seeds"
 MIN_SEEDS_FOR_INTERVAL = 5
 BOOTSTRAP_RESAMPLES = 10_000
+PASS_RATE_INTERVAL = "95% Clopper-Pearson (exact) interval of the pass rate"
 INTERVAL = (f"95% bootstrap percentile interval of the mean ({BOOTSTRAP_RESAMPLES:,} resamples; "
             f"with fewer than {MIN_SEEDS_FOR_INTERVAL} seeds only the median and the range)")
 
@@ -74,6 +75,22 @@ def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP_RESAMPLES
     return [float(max(low, x.min())), float(min(high, x.max()))]  # rounding must not leave it
 
 
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> list[float] | None:
+    """The exact (Clopper-Pearson) interval of a pass rate from k passes in n seeds: the rates p
+    at which k or more passes (for the lower end), or k or fewer (for the upper end), would have
+    had a chance of at least (1 - level) / 2. 3/3 gives [0.29, 1]: three passes out of three
+    cannot tell a claim that always holds from one that holds a third of the time. None for
+    n = 0."""
+    from scipy.stats import beta
+
+    if n == 0:
+        return None
+    tail = (1 - level) / 2
+    low = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1 - tail, k + 1, n - k))
+    return [round(low, 4), round(high, 4)]
+
+
 def summarise(values: list[float]) -> dict:
     """Mean, sample standard deviation and, from `MIN_SEEDS_FOR_INTERVAL` seeds on, the 95%
     bootstrap interval of the mean; with them the median and the range, which is how the papers
@@ -111,9 +128,12 @@ def aggregate_records(records: dict[int, dict]) -> dict:
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                     numbers.setdefault((check["name"], key), {})[str(seed)] = float(v)
     # a seed that lacks a check counts as not passing it
-    checks = [{"name": name, "kind": e["kind"],
-               "k": sum(map(bool, e["per_seed"].values())) if e["kind"] == "claim" else None,
-               "n": n, "per_seed": e["per_seed"]} for name, e in names.items()]
+    checks = []
+    for name, e in names.items():
+        k = sum(map(bool, e["per_seed"].values())) if e["kind"] == "claim" else None
+        checks.append({"name": name, "kind": e["kind"], "k": k, "n": n,
+                       "pass_rate_ci95": None if k is None else clopper_pearson(k, n),
+                       "per_seed": e["per_seed"]})
     unmatched = [{"name": name, "seeds": [int(s) for s in e["per_seed"]]}
                  for name, e in names.items() if len(e["per_seed"]) < n]
     values = [{"check": name, "key": key, **summarise(list(per_seed.values())),
@@ -122,7 +142,8 @@ def aggregate_records(records: dict[int, dict]) -> dict:
     robust = None if n < 2 else bool(claims) and all(k >= ROBUST_SHARE * n - 1e-9 for k in claims)
     k = sum(all_claims_pass(records[s].get("checks", [])) for s in seeds)
     return {"seeds": seeds, "n": n, "robust": robust, "robust_rule": ROBUST_RULE,
-            "interval": INTERVAL, "reproduced": {"k": k, "n": n}, "checks": checks,
+            "interval": INTERVAL, "pass_rate_interval": PASS_RATE_INTERVAL,
+            "reproduced": {"k": k, "n": n, "ci95": clopper_pearson(k, n)}, "checks": checks,
             "values": values, "unmatched": unmatched}
 
 
