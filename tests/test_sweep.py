@@ -443,3 +443,52 @@ def test_seeds_file_gives_each_claim_check_and_the_whole_claim_its_pass_rate_int
     assert body["reproduced"] == {"k": 2, "n": 3, "ci95": [0.0943, 0.9916]}
     summary = book_pages.seeds_summary(body)
     assert summary == "not robust: 2/3 seeds reproduce the whole claim (pass rate 9%–99%)"
+
+
+# ----------------------------------------------------------------- several chapters in lanes
+
+
+def test_chapters_run_longest_first_by_their_last_published_time(tmp_path):
+    for name, seconds in [("07_optimizers", 300.0), ("04_grokalign_speedup", 2000.0)]:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"duration_s": seconds}))
+    specs = [RunSpec.make(c, "smoke") for c in
+             ("07_optimizers", "04_grokalign_speedup", "09_progress_measures")]
+    order = [s.chapter for s in sweep.longest_first(specs, tmp_path)]
+    # never published: it may be the longest, so it goes first
+    assert order == ["09_progress_measures", "04_grokalign_speedup", "07_optimizers"]
+
+
+def test_without_ray_the_chapters_still_run_one_after_another(tmp_path, monkeypatch, capsys):
+    from replicate.harness import cli as command_line
+
+    def no_ray(jobs, lanes):
+        raise presets.ConfigError("the local Ray did not start, twice (no room)")
+    ran = []
+    monkeypatch.setattr(sweep, "run_in_lanes", no_ray)
+    monkeypatch.setattr(command_line.ex, "execute",
+                        lambda spec, claims, results: ran.append(spec.chapter) or (True, "ok"))
+    code = command_line.main(["run", "07_optimizers", "09_progress_measures", "--preset", "smoke",
+                              "--claims-dir", str(tmp_path), "--lanes", "2"])
+    err = capsys.readouterr().err
+    assert code == 0 and sorted(ran) == ["07_optimizers", "09_progress_measures"]
+    assert "did not start" in err and "one after another instead" in err
+
+
+def test_lanes_below_one_are_refused_before_anything_runs(tmp_path):
+    result = cli("run", "07_optimizers", "--preset", "smoke", "--lanes", "0",
+                 "--claims-dir", str(tmp_path))
+    assert result.returncode == 2 and "--lanes must be at least 1" in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_two_chapters_run_in_two_lanes_and_each_publishes_its_pair(tmp_path):
+    result = cli("run", "07_optimizers", "09_progress_measures", "--preset", "smoke",
+                 "--lanes", "2", "--claims-dir", str(tmp_path),
+                 env=dict(os.environ, REPLICATE_CACHE_DIR=str(tmp_path / "cache")))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "in 2 lanes of one thread each" in result.stdout
+    assert "[1/2]" in result.stdout + result.stderr and "[2/2]" in result.stdout + result.stderr
+    for chapter in ("07_optimizers", "09_progress_measures"):
+        record = json.loads((tmp_path / f"{chapter}.json").read_text())
+        assert record["preset"] == "smoke" and (tmp_path / f"{chapter}.ipynb").exists()
+        assert record["device"] == "cpu (1 thread)"  # each lane on one thread

@@ -1,6 +1,9 @@
 """Sweeps on Ray: every chapter x seed x parameter value as one task, one `execute.execute`
 in a hidden folder under `book/sweeps/<chapter>/`, renamed to `<run-id>/` only when every cell
 succeeded; a failed task is retried once, then recorded in `<run-id>.failed.json`.
+
+`run_in_lanes` uses the same local Ray for `run` with several chapters (`make book`): each chapter
+in a lane of its own, one thread each, published as a run on its own would be.
 """
 from __future__ import annotations
 
@@ -254,3 +257,75 @@ def run_sweep(specs: list[RunSpec], sweeps_dir: Path | str = SWEEPS_DIR,
                 shutil.rmtree(_incoming(sweeps_dir, spec, sweep_id), ignore_errors=True)
     return {"done": done, "failed": failed, "ray_start_s": ray_started, "ray_stop_s": ray_stopped,
             "threads": threads, "workers": workers, "wall_s": time.perf_counter() - started}
+
+
+def longest_first(specs: list[RunSpec], results_dir: Path) -> list[RunSpec]:
+    """The specs by the time their chapter took when last published, longest first (a chapter
+    never run comes first: it may be the longest), so that no long chapter starts last."""
+    def last_duration(spec: RunSpec) -> float:
+        path = Path(results_dir) / f"{spec.chapter}.json"
+        try:
+            return float(json.loads(path.read_text())["duration_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return float("inf")
+    return sorted(specs, key=last_duration, reverse=True)  # stable: ties keep their order
+
+
+def _execute_in_lane(spec: RunSpec, claims_dir: str, results_dir: str, lane_id: str) -> dict:
+    """One chapter in a Ray worker, on one thread: its kernel inherits this environment."""
+    os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", MARKER: lane_id})
+    started = time.perf_counter()
+    ok, message = ex.execute(spec, Path(claims_dir), Path(results_dir))
+    return {"ok": ok, "message": message, "duration_s": round(time.perf_counter() - started, 1)}
+
+
+def run_in_lanes(jobs: list[tuple[RunSpec, Path, Path]], lanes: int, quiet: bool = False,
+                 start: Callable[[int], Callable] = start_local_ray) -> list[dict]:
+    """Execute chapters, each (spec, claims dir, results dir), in `lanes` parallel lanes on a
+    local Ray, one thread each, in the order given; each publishes as a run on its own would.
+    Returns {"spec", "ok", "message", "duration_s"} per chapter, in the order they finished.
+    Raises ConfigError (one line) when Ray cannot start; Ctrl-C kills the lanes' kernels."""
+    import ray
+    from tqdm.auto import tqdm
+    src, path = str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")
+    if src not in path.split(os.pathsep):  # Ray's workers must find this package
+        os.environ["PYTHONPATH"] = src + (os.pathsep + path if path else "")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    lane_id, lanes = uuid.uuid4().hex[:12], max(1, min(lanes, len(jobs)))
+    stop_ray = start_ray(None, lanes, start_local=start)
+    remote = ray.remote(_execute_in_lane).options(num_cpus=1, max_retries=0)
+    queue, pending, finished = list(jobs), {}, []
+    bar = tqdm(total=len(jobs), desc="chapters", unit="chapter", disable=quiet or None)
+    try:
+        while queue or pending:
+            while queue and len(pending) < lanes:
+                spec, claims_dir, results_dir = queue.pop(0)
+                ref = remote.remote(spec, str(Path(claims_dir).resolve()),
+                                    str(Path(results_dir).resolve()), lane_id)
+                pending[ref] = (spec, time.perf_counter())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            for ref in ready:
+                spec, sent = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as err:  # the worker died
+                    result = {"ok": False, "message": f"{spec.chapter} failed: "
+                              f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                              "duration_s": round(time.perf_counter() - sent, 1)}
+                finished.append({"spec": spec, **result})
+                bar.write(f"[{len(finished)}/{len(jobs)}] {spec.chapter} "
+                          f"{'done' if result['ok'] else 'FAILED'} in {result['duration_s']:.0f} s")
+                bar.update(1)
+    except KeyboardInterrupt:
+        bar.write("interrupted: stopping the lanes ...")
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+    finally:
+        bar.close()
+        try:
+            stop_ray()
+        finally:
+            _kill_marked(lane_id)
+    return finished
