@@ -317,3 +317,22 @@ def test_the_about_page_says_how_to_cite_and_when_it_was_built(pages, built_book
     assert "This copy of the book was built on" in text and "from commit" in text
     # No repository set in _config.yml: no repository button in the header.
     assert "repository-button" not in text and "fa-github" not in text
+
+
+PHONE_SHOTS = ["intro.html", "scoreboard.html", "claims/01_delayed_robustness.html",
+               "claims/04_grokalign_speedup.html", "claims/08_predicting_grokking.html"]
+
+
+def test_phone_screenshots_of_the_pages_a_reader_meets_first(browser, built_book):
+    # Full pages at 390 px, beside the 1280 px ones the page inspection saves, for a person to
+    # look at; the checks above are what fails a build.
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for page in PHONE_SHOTS:
+        if not (built_book / "book" / page).exists():
+            continue
+        tab = _open(browser, built_book, page, 390)
+        tab.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+        shot = SHOTS / f"{Path(page).stem}-390.png"
+        tab.screenshot(path=str(shot), full_page=True)
+        tab.close()
+        assert shot.stat().st_size > 10_000
