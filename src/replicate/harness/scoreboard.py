@@ -91,7 +91,7 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path)
         if s:
             word = {True: " robust", False: " not robust", None: ""}[s["robust"]]
             low, high = s["reproduced"].get("ci95") or (None, None)
-            rate = "" if low is None else f" ({low:.0%}–{high:.0%})"
+            rate = "" if low is None else f" ({100 * low:.0f}–{high:.0%})"
             across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}{rate}"
         runtime = f"{r['duration_s']:.0f} s" if r else "—"
         lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
