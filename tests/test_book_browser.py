@@ -97,8 +97,10 @@ def _inspect(browser, page_path: Path) -> dict:
                                         && p.scrollWidth > p.clientWidth + 1)
                      .map(p => p.textContent.split('\\n').find(l => l.length > 90) || ''),
           pageOverflow: document.documentElement.scrollWidth > window.innerWidth,
+          // against the box the table sits in (the theme's scroll container): wider, and its
+          // last columns hide behind a sideways scroll
           wideTables: Array.from(article.querySelectorAll('table')).filter(t => t.offsetParent
-                     && t.getBoundingClientRect().width > article.clientWidth + 1)
+                     && t.getBoundingClientRect().width > t.parentElement.clientWidth + 1)
                      .map(t => (t.querySelector('th') || {}).textContent),
           references: document.querySelectorAll('.citation').length,
           unlinkedReferences: Array.from(document.querySelectorAll('.citation'))

@@ -248,7 +248,7 @@ def test_scoreboard_opens_with_the_headline_and_a_short_row_per_chapter(tmp_path
     assert row.count("|") == 6 and "verdict-badge not-reproduced" in row
     assert "| 1/2 | 1/3 not robust | 49 s |" in row
     assert RECORD["claim"] not in row and RECORD["claim"] in page  # the claim is further down
-    assert "not yet run" in _row(page, "03 · Centroid alignment and the NTK")
+    assert "not yet run" in _row(page, "03 · Centroid alignment vs NTK")
 
 
 def test_the_intro_summary_goes_under_the_title_and_is_replaced_not_repeated(tmp_path):
