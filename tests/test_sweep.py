@@ -442,7 +442,7 @@ def test_seeds_file_gives_each_claim_check_and_the_whole_claim_its_pass_rate_int
     assert report["pass_rate_ci95"] is None
     assert body["reproduced"] == {"k": 2, "n": 3, "ci95": [0.0943, 0.9916]}
     summary = book_pages.seeds_summary(body)
-    assert summary == "not robust: 2/3 seeds reproduce the whole claim (pass rate 9%–99%)"
+    assert summary == "not robust: 2/3 seeds reproduce the whole claim (pass rate 9–99%)"
 
 
 # ----------------------------------------------------------------- several chapters in lanes

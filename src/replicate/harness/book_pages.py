@@ -36,14 +36,14 @@ def seeds_summary(seeds: dict | None) -> str:
         return "not yet run across seeds"
     k, n = seeds["reproduced"]["k"], seeds["reproduced"]["n"]
     word = {True: "robust", False: "not robust", None: "too few seeds to say"}[seeds["robust"]]
-    rate = pass_rate(seeds["reproduced"])
-    return f"{word}: {k}/{n} seeds reproduce the whole claim" + (f" ({rate})" if rate else "")
+    rate = pass_rate(seeds["reproduced"].get("ci95"))
+    return f"{word}: {k}/{n} seeds reproduce the whole claim" + (
+        f" (pass rate {rate})" if rate else "")
 
 
-def pass_rate(counts: dict) -> str:
-    """'pass rate 29-100%': the exact 95% interval of a k/n (empty in a file written before it)."""
-    low, high = counts.get("ci95") or (None, None)
-    return "" if low is None else f"pass rate {low:.0%}–{high:.0%}"
+def pass_rate(ci95: list[float] | None) -> str:
+    """'29–100%': the exact 95% interval of a pass rate k/n ("" in a file written before it)."""
+    return "" if ci95 is None else f"{100 * ci95[0]:.0f}–{ci95[1]:.0%}"
 
 
 def runtime_text(record: dict) -> str:
@@ -128,8 +128,8 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
     values = seeds.get("values", [])
     for c in seeds["checks"]:
         k = "" if c["kind"] == "report" else f"{c['k']}/{c['n']}"
-        if (rate := pass_rate({"ci95": c.get("pass_rate_ci95")})) and c["kind"] == "claim":
-            k += f" ({rate})"
+        if rate := pass_rate(c.get("pass_rate_ci95")):
+            k += f" (pass rate {rate})"
         failed = ", ".join(s for s, ok in c.get("per_seed", {}).items() if ok is False)
         k += f" (fails for seed {failed})" if failed else ""
         spread = [v for v in values if v["check"] == c["name"] and v.get("sd") is not None]

@@ -94,46 +94,35 @@ def cmd_run(args) -> int:
                               "the book (or pass --allow-dirty: the verdicts then record +dirty)")
         print(f"warning: the code has uncommitted changes; the verdicts will record {commit}.",
               file=sys.stderr)
-    lanes = args.lanes if args.lanes is not None else (os.cpu_count() or 1)
+    failures = 0
+
+    def report(spec: RunSpec, ok: bool, message: str) -> None:
+        nonlocal failures
+        failures += not ok
+        page = display_path(Path(targets[spec.chapter][0]) / f"{spec.chapter}.ipynb")
+        print(message if ok else f"error: {message}\n       the published {page} and its verdict "
+              "were left unchanged", file=sys.stdout if ok else sys.stderr)
+
+    lanes, ran = (args.lanes if args.lanes is not None else (os.cpu_count() or 1)), False
     if lanes > 1 and len(specs) > 1:
         specs = sweep.longest_first(specs, ex.RESULTS_DIR)
+        lanes = min(lanes, len(specs))
+        print(f"running {len(specs)} chapters in {lanes} lanes of one thread each, longest "
+              f"first: {', '.join(s.chapter for s in specs)}", flush=True)
         try:
-            return _run_in_lanes(specs, targets, lanes, in_book)
+            for result in sweep.run_in_lanes([(s, *targets[s.chapter]) for s in specs], lanes):
+                report(result["spec"], result["ok"], result["message"])
+            ran = True
         except ConfigError as err:  # Ray cannot start here: the chapters still run, in turn
             print(f"{err}\nrunning the chapters one after another instead", file=sys.stderr)
-    failures = 0
-    for spec in specs:
+    for spec in [] if ran else specs:
         claims_dir, results_dir = targets[spec.chapter]
         where = ("" if in_book(claims_dir) else
                  f" into {display_path(claims_dir)}/ (not the book; --publish puts it there)")
         print(f"running {spec.chapter} at preset {spec.label}{where}", flush=True)
-        ok, message = ex.execute(spec, claims_dir, results_dir)
-        page = display_path(Path(claims_dir) / f"{spec.chapter}.ipynb")
-        print(message if ok else f"error: {message}\n       the published {page} and its verdict were "
-              "left unchanged", file=sys.stdout if ok else sys.stderr)
-        failures += not ok
+        report(spec, *ex.execute(spec, claims_dir, results_dir))
     if args.shape_only:
         print(f"shape-only runs (paper preset cut down) written to {args.claims_dir}")
-    return 1 if failures else 0
-
-
-def _run_in_lanes(specs: list[RunSpec], targets: dict, lanes: int, in_book) -> int:
-    """`run` with several chapters: in parallel lanes on a local Ray, longest first."""
-    lanes = min(lanes, len(specs))
-    print(f"running {len(specs)} chapters in {lanes} lanes of one thread each, longest first: "
-          f"{', '.join(s.chapter for s in specs)}", flush=True)
-    jobs = [(spec, *targets[spec.chapter]) for spec in specs]
-    failures = 0
-    for result in sweep.run_in_lanes(jobs, lanes):
-        spec, (claims_dir, _) = result["spec"], targets[result["spec"].chapter]
-        if result["ok"]:
-            print(result["message"])
-        else:
-            page = display_path(Path(claims_dir) / f"{spec.chapter}.ipynb")
-            print(f"error: {result['message']}\n       the published {page} and its verdict were "
-                  "left unchanged" if in_book(claims_dir) else f"error: {result['message']}",
-                  file=sys.stderr)
-            failures += 1
     return 1 if failures else 0
 
 

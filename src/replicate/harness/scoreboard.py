@@ -12,8 +12,8 @@ import yaml
 from ..config import chapters, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
-from .book_pages import (TEXTS, claim_counts, preset_label, refresh_chapter_page, runtime_text,
-                         seeds_summary)
+from .book_pages import (TEXTS, claim_counts, pass_rate, preset_label, refresh_chapter_page,
+                         runtime_text, seeds_summary)
 from .seeds import load_seeds
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
@@ -90,9 +90,9 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path)
         across = "—"
         if s:
             word = {True: " robust", False: " not robust", None: ""}[s["robust"]]
-            low, high = s["reproduced"].get("ci95") or (None, None)
-            rate = "" if low is None else f" ({100 * low:.0f}–{high:.0%})"
-            across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}{rate}"
+            rate = pass_rate(s["reproduced"].get("ci95"))
+            across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}" + (
+                f" ({rate})" if rate else "")
         runtime = f"{r['duration_s']:.0f} s" if r else "—"
         lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
                      f"| {checks} | {across} | {runtime} |")

@@ -176,6 +176,15 @@ def _kill_marked(sweep_id: str) -> None:
                     os.kill(int(entry.name), signal.SIGKILL)
 
 
+def _prepare_worker_environment() -> None:
+    """Ray workers start from this process's environment: make sure they find this package, and
+    send no usage report."""
+    src, path = str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")
+    if src not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = src + (os.pathsep + path if path else "")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
 def run_sweep(specs: list[RunSpec], sweeps_dir: Path | str = SWEEPS_DIR,
               workers: int | None = None, address: str | None = None, retries: int = RETRIES,
               quiet: bool = False, threads: int | None = None) -> dict:
@@ -186,11 +195,7 @@ def run_sweep(specs: list[RunSpec], sweeps_dir: Path | str = SWEEPS_DIR,
     from tqdm.auto import tqdm
     sweeps_dir = Path(sweeps_dir).resolve()  # workers need not share our working directory
     sweep_id, started, cpus = uuid.uuid4().hex[:12], time.perf_counter(), os.cpu_count() or 1
-    # Ray workers start from this process's environment: make sure they find this package.
-    src, path = str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")
-    if src not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = src + (os.pathsep + path if path else "")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report from a sweep
+    _prepare_worker_environment()
     workers = workers or (None if address else max(1, cpus // THREADS_PER_CHAPTER))
     stop_ray = start_ray(address, workers or 1)
     ray_started = time.perf_counter() - started
@@ -287,10 +292,7 @@ def run_in_lanes(jobs: list[tuple[RunSpec, Path, Path]], lanes: int, quiet: bool
     Raises ConfigError (one line) when Ray cannot start; Ctrl-C kills the lanes' kernels."""
     import ray
     from tqdm.auto import tqdm
-    src, path = str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")
-    if src not in path.split(os.pathsep):  # Ray's workers must find this package
-        os.environ["PYTHONPATH"] = src + (os.pathsep + path if path else "")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    _prepare_worker_environment()
     lane_id, lanes = uuid.uuid4().hex[:12], max(1, min(lanes, len(jobs)))
     stop_ray = start_ray(None, lanes, start_local=start)
     remote = ray.remote(_execute_in_lane).options(num_cpus=1, max_retries=0)
