@@ -209,3 +209,70 @@ def test_xor_penalty_is_the_exact_jacobian_norm():
     x = x.double()
     _, sq = jacobian.forward_with_vjp_norm(model, x, torch.ones(30, 1, dtype=torch.float64))
     assert torch.allclose(sq.sqrt().mean(), jacobian.frobenius_norm_exact(model, x).mean(), atol=1e-12)
+
+
+def _xor_config(basis, lam, noise_draws=0):
+    return dict(seed=3, n=40, dim=300, eps=0.05, width=16, lr=0.1, weight_decay=0.1, lam=lam,
+                steps=120, eval_points=8, amplitudes=[0.2, 1.0], noise_draws=noise_draws,
+                dtype="float64", basis=basis)
+
+
+@pytest.mark.parametrize("lam", [0.0, 1.0])
+def test_the_reduced_xor_run_is_the_direct_run(lam):
+    # Training in the span of the inputs and the initial rows is the same run: the first layer
+    # mapped back to the p coordinates, the accuracies and the centroid statistics agree.
+    direct = ga.train_xor(_xor_config("direct", lam), keep_weights=True)
+    reduced = ga.train_xor(_xor_config("reduced", lam), keep_weights=True)
+    assert reduced["first_layer"].shape == direct["first_layer"].shape == (16, 300)
+    scale = np.abs(direct["first_layer"]).max()
+    assert np.abs(reduced["first_layer"] - direct["first_layer"]).max() < 1e-6 * scale
+    for key in ("train_acc", "test_acc"):
+        assert np.array_equal(reduced[key], direct[key])
+    for key in ("centroid_norm", "alignment"):
+        assert np.allclose(reduced[key], direct[key], rtol=1e-6, atol=1e-9)
+    # the run moved: a test that compared two untrained networks could not fail
+    assert reduced["centroid_norm"][-1] != pytest.approx(reduced["centroid_norm"][0], rel=0.01)
+
+
+def test_the_reduced_basis_is_orthonormal_and_projects_the_noise_exactly():
+    gen = torch.Generator().manual_seed(0)
+    x, _ = ga.xor_data(20, 60, 0.05, gen)
+    basis = ga.InputBasis(torch.cat([x, torch.randn(8, 60, generator=gen)]), 60)
+    rows = basis.to_full(torch.eye(28))  # B itself, 28 x 60
+    assert torch.allclose(rows @ rows.T, torch.eye(28, dtype=torch.float64), atol=1e-12)
+    # B n for n Gaussian on coordinates 2.. has covariance B_S B_S^T (S: the noise coordinates)
+    cov = rows[:, 2:] @ rows[:, 2:].T
+    assert torch.allclose(basis.noise_root @ basis.noise_root.T, cov, atol=1e-12)
+    assert not torch.allclose(cov, torch.eye(28, dtype=torch.float64), atol=1e-3)
+    # a training input is in the span: its projection keeps its norm
+    assert torch.allclose(basis.project(x).norm(dim=1), x.double().norm(dim=1), atol=1e-12)
+
+
+def test_fresh_xor_noise_draws_are_averaged_into_the_robust_accuracy():
+    run = ga.train_xor(_xor_config("reduced", 0.0, noise_draws=3))
+    assert run["robust_acc"].shape == (len(run["eval_steps"]), 2)
+    # three draws of 40 points: every average is a multiple of 1/120, and some are not of 1/40
+    assert np.allclose(run["robust_acc"] * 120, np.round(run["robust_acc"] * 120))
+    assert not np.allclose(run["robust_acc"] * 40, np.round(run["robust_acc"] * 40))
+
+
+def test_robustness_onsets_and_the_rule_for_sooner():
+    run = {"eval_steps": np.array([0, 10, 20]),
+           "robust_acc": np.array([[0.5, 0.5], [0.96, 0.5], [0.99, 0.9]])}
+    assert ga.robustness_onsets(run, 0.95) == [10, None]
+    counts = ga.earlier_onsets([10, 20, None, 30, None], [5, 20, 40, 50, None])
+    assert counts == {"grokalign": 2, "weight decay": 1, "tie": 1, "neither": 1}
+    assert ga.sooner_at_most_amplitudes(counts)
+    assert not ga.sooner_at_most_amplitudes({"grokalign": 1, "weight decay": 1, "tie": 3,
+                                             "neither": 0})
+    assert not ga.sooner_at_most_amplitudes({"grokalign": 0, "weight decay": 0, "tie": 2,
+                                             "neither": 3})
+
+
+def test_the_mean_squared_error_is_a_tenth_of_the_summed_one():
+    out = _points(6, 10).float()
+    y = torch.tensor([0, 1, 2, 3, 4, 5])
+    summed, mean = ga.task_loss(out, y, "mse"), ga.task_loss(out, y, "mse_mean")
+    assert mean.item() == pytest.approx(summed.item() / 10)
+    assert mean.item() == pytest.approx(nn.functional.mse_loss(
+        out, nn.functional.one_hot(y, 10).float()).item())

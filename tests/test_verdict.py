@@ -65,3 +65,13 @@ def test_reproduced_is_one_function_for_checks_and_records():
 
     assert reproduced([claim("a", True, 1, 1), report("b", 0, 0)])
     assert not reproduced([{"kind": "claim", "passed": False}]) and not reproduced([])
+
+
+def test_an_interval_beside_the_papers_number_reads_consistent_below_or_above():
+    from replicate.verdict import against_paper
+    assert against_paper((6.0, 9.0), (6.74, 8.38)) == "consistent"
+    assert against_paper((1.5, 1.8), (1.69, 1.69)) == "consistent"
+    assert against_paper((3.0, 6.0), (6.74, 8.38)) == "below"
+    assert against_paper((8.5, 10.0), (6.74, 8.38)) == "above"
+    assert against_paper((9.0, 9.0), (6.74, 8.38), lower_bound=True) == "above"
+    assert against_paper((2.5, 2.5), (6.74, 8.38), lower_bound=True) == "inconclusive (at least 2.5)"

@@ -52,6 +52,18 @@ def reproduced(checks: list) -> bool:
     return bool(claims) and all(c["passed"] for c in claims)
 
 
+def against_paper(ours: tuple[float, float], paper: tuple[float, float],
+                  lower_bound: bool = False) -> str:
+    """Our interval [low, high] beside the paper's (a single number: low == high), in words:
+    "consistent" (they overlap), "below" or "above". With `lower_bound`, ours says only "at least
+    low": above if that exceeds the paper's high end, else "inconclusive (at least <low>)", since
+    a lower bound cannot be below anything."""
+    (low, high), (p_low, p_high) = ours, paper
+    if lower_bound:
+        return "above" if low > p_high else f"inconclusive (at least {low:.3g})"
+    return "below" if high < p_low else "above" if low > p_high else "consistent"
+
+
 def word(check: dict) -> str:
     """PASS, FAIL or REPORT."""
     return "REPORT" if check["kind"] == "report" else ("PASS" if check["passed"] else "FAIL")

@@ -89,12 +89,20 @@ def mnist_data(n_train: int, seed: int):
     return norm(x), y, norm(mnist.test_x), mnist.test_y
 
 
+LOSSES = ("mse", "mse_mean", "ce")
+
+
 def task_loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
-    if kind == "mse":  # against one-hot targets, summed over classes (Omnigrok)
-        return ((out - nn.functional.one_hot(y, out.shape[1]).to(out.dtype)) ** 2).sum(1).mean()
+    """The squared error against one-hot targets, summed over the classes ("mse", Omnigrok's) or
+    averaged over them ("mse_mean", PyTorch's MSELoss as in the GrokAlign code: a tenth of the
+    sum), or cross-entropy ("ce"); each averaged over the batch. Adam does not see the loss's
+    scale, so the two squared errors differ only in how large lambda is beside the loss."""
+    if kind in ("mse", "mse_mean"):
+        sq = (out - nn.functional.one_hot(y, out.shape[1]).to(out.dtype)) ** 2
+        return sq.sum(1).mean() if kind == "mse" else sq.mean()
     if kind == "ce":
         return nn.functional.cross_entropy(out, y)
-    raise ValueError(f"loss must be 'mse' or 'ce', got {kind!r}")
+    raise ValueError(f"loss must be one of {LOSSES}, got {kind!r}")
 
 
 def train_mnist(config: dict, data=None) -> dict:
@@ -235,18 +243,99 @@ def xor_data(n: int, dim: int, eps: float, generator: torch.Generator) -> tuple[
     return x, x[:, 0] * x[:, 1]
 
 
-def train_xor(config: dict) -> dict:
+class InputBasis:
+    """Coordinates in which an XOR run is trained: the identity ("direct"), or an orthonormal
+    basis B (rows) of the span of the training inputs and the initial first-layer weights
+    ("reduced").
+
+    Why the reduced run is the same run. Under full-batch gradient descent with weight decay, the
+    gradient of the loss with respect to the first layer W1 is a sum of outer products g x_i^T over
+    the training inputs x_i, plus, with GrokAlign, terms G W1 that mix the rows of W1 among
+    themselves (||J(x)||^2 = u^T W1 W1^T u for a scalar output). So every row of W1 stays in the
+    span of the n training inputs and the `width` initial rows. Writing W1 = C B, the network sees
+    W1 x = C (B x), ||J||_F is unchanged (B B^T = I), and a step on C with the same learning rate
+    and weight decay is the step on W1, exactly. A p = 40,000 input becomes an (n + width)-vector.
+
+    Test inputs project exactly (B x); Gaussian noise n on the noise coordinates projects to a
+    Gaussian B n with covariance I - b b^T, where b = B[:, :2] holds the basis' signal
+    coordinates, so fresh noise can be drawn in the reduced space without ever forming a
+    p-dimensional draw.
+    """
+
+    def __init__(self, anchors: torch.Tensor | None, dim: int):
+        self.dim = dim
+        self.anchors = anchors  # rows spanning the basis, or None for the identity
+        if anchors is None:
+            return
+        # Gram matrix in float64, chunked over the p coordinates (B = L^-1 A with K = L L^T).
+        gram = torch.zeros(len(anchors), len(anchors), dtype=torch.float64)
+        for cols in torch.arange(dim).split(4096):
+            a = anchors[:, cols].double()
+            gram += a @ a.T
+        self.chol = torch.linalg.cholesky(gram)
+        signal = self._solve(anchors[:, :2].double())  # (r, 2): B's signal coordinates
+        u, s, _ = torch.linalg.svd(signal, full_matrices=False)
+        shrink = 1 - (1 - s.clamp(max=1) ** 2).sqrt()
+        self.noise_root = torch.eye(len(anchors), dtype=torch.float64) - (u * shrink) @ u.T
+
+    @property
+    def size(self) -> int:
+        return self.dim if self.anchors is None else len(self.anchors)
+
+    def _solve(self, rhs: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.solve_triangular(self.chol, rhs, upper=False)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """B x for every row x (float64)."""
+        if self.anchors is None:
+            return x.double()
+        products = torch.zeros(len(self.anchors), len(x), dtype=torch.float64)
+        for cols in torch.arange(self.dim).split(4096):
+            products += self.anchors[:, cols].double() @ x[:, cols].double().T
+        return self._solve(products).T
+
+    def noise(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        """`count` draws of B n, n standard Gaussian on the noise coordinates (float64)."""
+        if self.anchors is None:
+            n = torch.randn(count, self.dim, generator=generator, dtype=torch.float64)
+            n[:, :2] = 0
+            return n
+        return torch.randn(count, self.size, generator=generator, dtype=torch.float64) @ self.noise_root
+
+    def to_full(self, weight: torch.Tensor) -> torch.Tensor:
+        """A first-layer weight in the basis, mapped back to the p input coordinates (C B)."""
+        if self.anchors is None:
+            return weight.double()
+        return weight.double() @ self._solve(self.anchors.double())
+
+
+def train_xor(config: dict, keep_weights: bool = False) -> dict:
     """Full-batch SGD with weight decay on MSE, with or without GrokAlign; keys: n, dim, eps, width,
-    lr, weight_decay, lam, steps, eval_points, amplitudes, seed."""
-    dev = device()
+    lr, weight_decay, lam, steps, eval_points, amplitudes, noise_draws, basis ("reduced" or
+    "direct", see `InputBasis`), dtype ("float32" or "float64"), seed.
+
+    Robustness at each checkpoint: accuracy on the test inputs plus Gaussian noise of each
+    amplitude on the noise coordinates, averaged over `noise_draws` fresh draws (one draw shared
+    by the amplitudes, as in the GrokAlign code). With `keep_weights` the final first layer is
+    returned in the p input coordinates (for tests)."""
+    dev, dtype = device(), getattr(torch, config.get("dtype", "float32"))
     gen = torch.Generator().manual_seed(config["seed"])
-    x, y = (t.to(dev) for t in xor_data(config["n"], config["dim"], config["eps"], gen))
-    test_x, test_y = (t.to(dev) for t in xor_data(config["n"], config["dim"], config["eps"], gen))
-    # One fixed draw of Gaussian noise on the noise coordinates, scaled by each amplitude.
-    noise = torch.zeros_like(test_x)
-    noise[:, 2:] = torch.randn(test_x.shape[0], test_x.shape[1] - 2, generator=gen).to(dev)
+    x, y = xor_data(config["n"], config["dim"], config["eps"], gen)
+    test_x, test_y = xor_data(config["n"], config["dim"], config["eps"], gen)
     torch.manual_seed(config["seed"])
-    model = MLP(config["dim"], config["width"], 2, 1, bias=False).to(dev)
+    full = MLP(config["dim"], config["width"], 2, 1, bias=False)
+    reduced = config.get("basis", "reduced") == "reduced"
+    basis = InputBasis(torch.cat([x, full.layers[0].weight.detach()]) if reduced else None,
+                       config["dim"])
+    model = MLP(basis.size, config["width"], 2, 1, bias=False)
+    with torch.no_grad():  # the initial first layer in the basis (exact: its rows lie in the span)
+        model.layers[0].weight.copy_(basis.project(full.layers[0].weight.detach()))
+        model.layers[1].weight.copy_(full.layers[1].weight)
+    del full
+    model = model.to(dev, dtype)
+    x, test_x = (basis.project(t).to(dev, dtype) for t in (x, test_x))
+    y, test_y = y.to(dev, dtype), test_y.to(dev, dtype)
+    noise_gen = torch.Generator().manual_seed(config["seed"] + 1)
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
     log: dict[str, list] = {k: [] for k in ["train_acc", "test_acc", "robust_acc", "centroid_norm",
                                             "alignment"]}
@@ -255,7 +344,7 @@ def train_xor(config: dict) -> dict:
         with torch.no_grad():
             return (torch.sign(model(inputs)[:, 0]) == labels).float().mean().item()
 
-    ones = torch.ones(len(x), 1, device=dev)
+    ones = torch.ones(len(x), 1, device=dev, dtype=dtype)
 
     def step(t: int) -> float:
         if config["lam"] == 0:
@@ -273,8 +362,12 @@ def train_xor(config: dict) -> dict:
     def evaluate(t: int) -> dict:
         log["train_acc"].append(accuracy(x, y))
         log["test_acc"].append(accuracy(test_x, test_y))
-        log["robust_acc"].append([accuracy(test_x + a * noise, test_y) for a in config["amplitudes"]])
-        stats = jacobian.centroid_statistics(model, x)
+        robust = np.zeros(len(config["amplitudes"]))
+        for _ in range(config["noise_draws"]):
+            noise = basis.noise(len(test_x), noise_gen).to(dev, dtype)
+            robust += [accuracy(test_x + a * noise, test_y) for a in config["amplitudes"]]
+        log["robust_acc"].append(robust / max(config["noise_draws"], 1))
+        stats = jacobian.centroid_statistics(model, x)  # exact in the basis: x lies in its span
         log["centroid_norm"].append(stats["norm"].mean().item())
         log["alignment"].append((stats["cosine"] * y).mean().item())  # label-signed
         return {}
@@ -283,6 +376,8 @@ def train_xor(config: dict) -> dict:
     train_loop(step, config["steps"], eval_steps, evaluate, desc=f"XOR lambda={config['lam']:g}")
     result = {k: np.array(v) for k, v in log.items()}
     result.update(eval_steps=np.array(eval_steps), config=dict(config))
+    if keep_weights:
+        result["first_layer"] = basis.to_full(model.layers[0].weight.detach().cpu()).numpy()
     return result
 
 
@@ -311,8 +406,8 @@ def mnist_config(params: dict, lam: float, loss: str, seed: int, max_steps: int 
     (and an update cap other than `max_steps`, if given)."""
     if params["estimator"] not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {params['estimator']!r}")
-    if loss not in ("mse", "ce"):
-        raise ValueError(f"loss must be 'mse' or 'ce', got {loss!r}")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     config = {**{k: params[k] for k in MNIST_KEYS}, "lam": float(lam), "loss": loss, "seed": int(seed)}
     if max_steps is not None:
         config["max_steps"] = int(max_steps)
@@ -322,6 +417,20 @@ def mnist_config(params: dict, lam: float, loss: str, seed: int, max_steps: int 
 def steps_to_threshold(run: dict) -> int | None:
     """Updates until held-out accuracy first exceeded the threshold, or None if it never did."""
     return run["steps_to_threshold"] if run["reached"] else None
+
+
+def paper_point_runs(params: dict, loss: str, seed: int) -> tuple[dict, dict]:
+    """(weight decay alone, GrokAlign) at the GrokAlign code's operating point, `paper_point`, a
+    delta over the chapter's MNIST settings (its lambda per loss, learning rate, width, estimator,
+    evaluation interval, update cap). GrokAlign runs first, up to `max_steps`; weight decay alone
+    then runs up to `baseline_factor[loss]` times GrokAlign's count (or `max_steps`, if GrokAlign
+    did not cross). A baseline stopped by that cap gives the speed-up as a lower bound: set above
+    the paper's figure, it still tells "above the paper" from "consistent" or "below"."""
+    point = {**params, **params["paper_point"]}
+    grokalign = run_mnist(**mnist_config(point, point["lambda"][loss], loss, seed))
+    crossed = steps_to_threshold(grokalign)
+    cap = point["max_steps"] if crossed is None else int(np.ceil(point["baseline_factor"][loss] * crossed))
+    return run_mnist(**mnist_config(point, 0.0, loss, seed, cap)), grokalign
 
 
 def speedup(base: dict, grokalign: dict) -> tuple[float | None, str]:
@@ -337,14 +446,44 @@ def speedup(base: dict, grokalign: dict) -> tuple[float | None, str]:
     return None, ""
 
 
-def xor_config(params: dict, lam: float, **knobs) -> dict:
+def xor_config(params: dict, lam: float, seed: int, **knobs) -> dict:
     """One XOR run's configuration from the chapter's `xor_*` parameters, with `knobs` (parameter
-    name -> value, e.g. xor_dim=8000) replacing the chapter's values."""
+    name -> value, e.g. xor_dim=2000) replacing the chapter's values."""
     params = {**params, **knobs}
-    return {"seed": params["seed"], "n": params["xor_n"], "dim": params["xor_dim"], "eps": params["xor_eps"],
+    return {"seed": int(seed), "n": params["xor_n"], "dim": params["xor_dim"], "eps": params["xor_eps"],
             "width": params["xor_width"], "lr": params["xor_lr"], "weight_decay": params["xor_weight_decay"],
             "lam": float(lam), "steps": params["xor_steps"], "eval_points": params["xor_eval_points"],
-            "amplitudes": params["xor_amplitudes"]}
+            "amplitudes": params["xor_amplitudes"], "noise_draws": params["xor_noise_draws"],
+            "dtype": params["xor_dtype"], "basis": "reduced" if params["xor_n"] + params["xor_width"]
+            < params["xor_dim"] else "direct"}
+
+
+def robustness_onsets(run: dict, level: float) -> list[int | None]:
+    """Per noise amplitude, the first checkpoint at which the accuracy under noise reaches `level`
+    (None: not within the run)."""
+    return [first_step(run["eval_steps"], run["robust_acc"][:, j], level)
+            for j in range(run["robust_acc"].shape[1])]
+
+
+def earlier_onsets(base: list, grokalign: list) -> dict[str, int]:
+    """Counts, over the amplitudes, of GrokAlign's robustness onset against weight decay alone's:
+    "grokalign" (earlier, or reached where the other was not), "weight decay", "tie" (the same
+    checkpoint) and "neither" (not reached by either)."""
+    out = {"grokalign": 0, "weight decay": 0, "tie": 0, "neither": 0}
+    for b, g in zip(base, grokalign):
+        key = ("neither" if b is None and g is None else "grokalign" if b is None
+               else "weight decay" if g is None else "tie" if b == g
+               else "grokalign" if g < b else "weight decay")
+        out[key] += 1
+    return out
+
+
+def sooner_at_most_amplitudes(counts: dict[str, int]) -> bool:
+    """The chapter's rule for "an accelerated onset of robustness", fixed before the runs: among
+    the amplitudes at which the two runs differ (ties and amplitudes that neither reached are not
+    scored), GrokAlign is earlier at more than half."""
+    decided = counts["grokalign"] + counts["weight decay"]
+    return decided > 0 and counts["grokalign"] > decided / 2
 
 
 def measured_overhead(params: dict) -> dict:
