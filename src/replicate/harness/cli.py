@@ -258,7 +258,9 @@ HELP = {  # (one-line help, description) of each command
                  "whichever is looser (a chapter may set `tolerance:` in its chapter.yaml)."),
     "bench": ("time the measures and the sweep engine (book/benchmarks.json)",
               "Time the measures, the training loop and the sweep engine, each benchmark in a fresh process "
-              "(all if no NAME), and write book/benchmarks.json; `build` renders it as a page. Reads "
+              "(all if no NAME), beside its peer where one is installed "
+              "(pip install -e .[bench]), and write book/benchmarks.json and its page "
+              "book/benchmarks.md (`build` renders it too). Reads "
               "REPLICATE_DATA_DIR and REPLICATE_DEVICE; sets REPLICATE_CACHE_DIR (a scratch cache), "
               "OMP_NUM_THREADS and TQDM_DISABLE for its runs."),
 }

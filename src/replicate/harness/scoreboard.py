@@ -17,6 +17,9 @@ from .book_pages import (TEXTS, claim_counts, pass_rate, preset_label, refresh_c
 from .seeds import load_seeds
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
+# The peer of a figure the authors' code gave once (it is on no package index, so `bench` cannot
+# run it beside ours): all such figures were recorded on this date.
+RECORDED = "authors' code (recorded 2026-11-29, not re-run)"
 
 
 def _cell(value) -> str:
@@ -268,8 +271,7 @@ def write_pages(results_dir: Path) -> int:
     if (mixed := provenance(load_results(results_dir))).startswith("**"):
         print("warning: " + mixed.replace("**", "").strip(), file=sys.stderr)
     if BENCHMARKS_FILE.exists():
-        record = with_current_chapters(_load(BENCHMARKS_FILE), results_dir)
-        (BOOK_DIR / "benchmarks.md").write_text(render_page(record))
+        write_benchmarks_page(BENCHMARKS_FILE, results_dir)
     print(f"scoreboard and table of contents written to {page.parent}")
     return 0
 
@@ -277,8 +279,8 @@ def write_pages(results_dir: Path) -> int:
 def chapter_rows(results_dir: Path) -> list[dict]:
     """End-to-end chapter times, as the chapters themselves recorded them at their last run."""
     def row(figure, minutes, target, met=None) -> dict:
-        return {"figure": figure, "ours": minutes, "unit": "min", "seed": None, "ratio": None,
-                "target": target, "met": met}
+        return {"figure": figure, "ours": minutes, "unit": "min", "peer": None, "peer_name": "",
+                "ratio": None, "target": target, "met": met}
     rows, total = [], 0.0
     for record in load_results(results_dir):
         total += record["duration_s"]
@@ -299,14 +301,43 @@ def with_current_chapters(record: dict, results_dir: Path) -> dict:
     return {**record, "rows": measured + chapter_rows(results_dir)}
 
 
+def upgrade_row(r: dict) -> dict:
+    """A benchmark row in today's fields. Rows written before peers were run side by side kept
+    the authors' recorded figure under `seed`; it becomes the peer, named as recorded."""
+    if "seed" not in r:
+        return r
+    old = {k: v for k, v in r.items() if k != "seed"}
+    return {**old, "peer": r["seed"], "peer_name": RECORDED if r["seed"] is not None else ""}
+
+
+def _median_and_spread(value, spread) -> str:
+    """'0.0868 (0.0851–0.0902)': a median with the fastest and slowest of its calls, if timed."""
+    if value is None:
+        return ""
+    return f"{value:.3g}" + (f" ({spread[0]:.3g}–{spread[1]:.3g})" if spread else "")
+
+
+def write_benchmarks_page(benchmarks_file: Path, results_dir: Path) -> Path:
+    """The page of a benchmarks file, beside it (`benchmarks.json` -> `benchmarks.md`), with the
+    chapters' times read now from `results_dir`."""
+    page = Path(benchmarks_file).with_suffix(".md")
+    page.write_text(render_page(with_current_chapters(_load(benchmarks_file), results_dir)))
+    return page
+
+
 def render_page(record: dict) -> str:
-    """`benchmarks.md` from a benchmarks record (see `with_current_chapters`)."""
-    def num(v):
-        return "" if v is None else f"{v:.3g}"
+    """`benchmarks.md` from a benchmarks record (see `with_current_chapters`): each figure, ours
+    beside its peer's from the same run (or as recorded), the ratio, the peer's name and version."""
     lines = [TEXTS["benchmarks_header"].format(threads=record["threads"])]  # to the table's head
-    for r in record["rows"]:
+    for r in map(upgrade_row, record["rows"]):
         met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
-        lines.append(f"| {r['figure']} | {num(r['ours'])} | {r['unit']} | {num(r['seed'])} | "
-                     f"{num(r['ratio'])} | {r['target']} | {met} | "
-                     f"{record.get('measured', {}).get(r.get('benchmark'), '')} |")
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.3g}"
+        measured = record.get("measured", {}).get(r.get("benchmark"), "")
+        if threads := record.get("threads_by_benchmark", {}).get(r.get("benchmark")):
+            measured += f", {threads} thread{'s' if threads > 1 else ''}"
+        if r.get("load") is not None:
+            measured += f", load {r['load']:.1f}"
+        lines.append(f"| {r['figure']} | {_median_and_spread(r['ours'], r.get('ours_spread'))} | "
+                     f"{_median_and_spread(r['peer'], r.get('peer_spread'))} | {ratio} | "
+                     f"{r['peer_name']} | {r['unit']} | {r['target']} | {met} | {measured} |")
     return "\n".join(lines) + "\n"
