@@ -204,7 +204,7 @@ def test_scoreboard_has_the_across_seeds_column_and_flags_mixed_commits():
                              {"07_optimizers": SEEDS})
     assert "| Across seeds |" in page and "not robust: 1/3 seeds reproduce" in page
     assert "not yet run across seeds" in page
-    assert "different or uncommitted code" in page and "`def+dirty`" in page
+    assert "from different or uncommitted code" in page and "`def+dirty`" in page
     clean = scoreboard.render([RECORD])
     assert "All chapters were executed from commit `abc123`." in clean
 

@@ -49,8 +49,8 @@ def provenance(results: list[dict]) -> str:
     commits = sorted({r["git_commit"] for r in results})
     if len(commits) == 1 and not commits[0].endswith("+dirty"):
         return f"All chapters were executed from commit `{commits[0]}`.\n"
-    return ("**The chapters were executed from different or uncommitted code:** "
-            + ", ".join(f"`{c}`" for c in commits) + ". Re-run them from one clean commit.\n"
+    return ("**Executed from different or uncommitted code:** "
+            + ", ".join(f"`{c}`" for c in commits) + "; re-run them from one clean commit.\n"
             ) if commits else ""
 
 
