@@ -30,9 +30,28 @@ def test_every_chapter_has_a_valid_shape_only_key():
         assert overrides and set(overrides) <= set(paper)
         # only cuts: no value above the paper's, no list longer than the paper's
         for key, value in overrides.items():
-            cut = value if isinstance(value, list) else [value]
-            full = paper[key] if isinstance(paper[key], list) else [paper[key]]
-            assert len(cut) <= len(full) and max(cut) <= max(full), (name, key)
+            assert _only_cuts(value, paper[key]), (name, key)
+
+
+def _only_cuts(cut, full) -> bool:
+    """No value of `cut` above the matching one of `full`, no list longer; a dict (a nested
+    delta, such as chapter 04's paper_point) key by key, with no key the paper lacks."""
+    if isinstance(cut, dict):
+        return isinstance(full, dict) and set(cut) <= set(full) and all(
+            _only_cuts(cut[k], full[k]) for k in cut)
+    cut = cut if isinstance(cut, list) else [cut]
+    full = full if isinstance(full, list) else [full]
+    if any(isinstance(v, (list, dict)) for v in cut + full):  # a list of lists: item by item
+        return len(cut) <= len(full) and all(_only_cuts(c, f) for c, f in zip(cut, full))
+    return len(cut) <= len(full) and max(cut) <= max(full)
+
+
+def test_the_cut_rule_reads_nested_deltas():
+    assert _only_cuts({"max_steps": 20, "seeds": {"ce": [0]}},
+                      {"max_steps": 200000, "seeds": {"ce": [0, 1, 2]}})
+    assert not _only_cuts({"max_steps": 300000}, {"max_steps": 200000})
+    assert not _only_cuts({"seeds": {"ce": [0, 1]}}, {"seeds": {"ce": [0]}})
+    assert not _only_cuts({"extra": 1}, {"max_steps": 1})
 
 
 def test_a_parameter_set_on_purpose_to_its_cpu_value_still_overrides():
