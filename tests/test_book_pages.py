@@ -297,3 +297,19 @@ def test_benchmarks_page_calls_the_papers_code_authors_code_not_seed():
     # The comparison column holds peers now; a figure recorded for the papers' code names it so.
     assert "| Peer (version) |" in page and "| Seed |" not in page and "*Seed*" not in page
     assert scoreboard.RECORDED.startswith("authors' code")
+
+
+def test_an_inconclusive_seed_is_named_apart_from_failing_ones_with_every_diagnosis():
+    checks = [SEEDS["checks"][0], dict(SEEDS["checks"][1], inconclusive_seeds=[2], diagnoses={
+        "0": "sgd reached 0.5", "2": "did not grok within 6,000 steps"})]
+    seeds = dict(SEEDS, checks=checks, inconclusive_seeds=[2])
+    text = book_pages.across_seeds_section(RECORD, seeds)
+    assert "| 1/3 (fails for seed 0) (inconclusive for seed 2) |" in text
+    assert "1 seed inconclusive" in text
+    assert "- *sgd does not*, seed 0: sgd reached 0.5" in text
+    assert "- *sgd does not*, seed 2: did not grok within 6,000 steps" in text
+    untested = dict(RECORD, checks=[*RECORD["checks"][:1], dict(
+        RECORD["checks"][1], inconclusive=True, diagnosis="did not grok within 6,000 steps")])
+    box = book_pages.verdict_box(untested, seeds, None)
+    assert "Verdict: not reproduced, 1/2 claim checks pass, 1 inconclusive" in box
+    assert "INCONCLUSIVE" in verdict.checks_table_html(untested["checks"])

@@ -144,3 +144,13 @@ def test_validate_prints_the_drift_table_and_fails_beyond_tolerance(tmp_path, mo
     out, err = capsys.readouterr()
     assert code == 1 and "beyond tolerance" in err
     assert "DRIFT" in out and "ours.adam" in out and "ok" in out  # loss moved 2%: shown, not failed
+
+
+def test_a_fail_turning_inconclusive_is_a_difference_but_a_record_without_the_flag_is_not():
+    fail = {"name": "t4 falls", "kind": "claim", "passed": False, "ours": 1, "paper": 1}
+    old = {"reproduced": False, "checks": [fail]}
+    same = {"reproduced": False, "checks": [{**fail, "inconclusive": False, "diagnosis": "x 0.5"}]}
+    assert drift.compare(old, same) == []
+    untested = {"reproduced": False, "checks": [{**fail, "inconclusive": True, "diagnosis": "x"}]}
+    [difference] = drift.compare(old, untested)
+    assert (difference.where, difference.within) == ("inconclusive", False)

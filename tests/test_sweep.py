@@ -223,6 +223,22 @@ def test_the_bootstrap_interval_matches_the_exact_bootstrap_distribution_and_sta
     assert seeds.summarise(values[:4])["ci95"] is None and seeds.summarise(values[:4])["sd"]
 
 
+def test_an_inconclusive_seed_counts_as_not_passing_and_its_diagnosis_is_kept():
+    runs = {s: record(s, [True, True], 1.0 + s) for s in range(5)}
+    for s, why in ((1, "did not grok within 6,000 steps"), (3, "val accuracy peaked at 0.6")):
+        runs[s]["checks"][0].update(passed=False, diagnosis=why, inconclusive=s == 1)
+        runs[s]["reproduced"] = False
+    agg = seeds.aggregate_records(runs)
+    a = next(c for c in agg["checks"] if c["name"] == "a")
+    assert (a["k"], a["n"]) == (3, 5) and a["inconclusive_seeds"] == [1]
+    assert a["diagnoses"] == {"1": "did not grok within 6,000 steps",
+                              "3": "val accuracy peaked at 0.6"}
+    assert agg["inconclusive_seeds"] == [1] and agg["reproduced"]["k"] == 3
+    assert agg["robust"] is False  # 3/5 < 80%: INCONCLUSIVE never excuses a seed
+    text = seeds.describe({**agg, "chapter": "07_optimizers", "preset": "cpu", "failed": []})
+    assert "(3/5; inconclusive in seeds [1])" in text and "seed 3: val accuracy peaked" in text
+
+
 def test_robust_means_every_claim_check_in_at_least_80_percent_of_seeds():
     four_of_five = {s: record(s, [s != 3, True], 1.0 + s) for s in range(5)}
     assert seeds.aggregate_records(four_of_five)["robust"] is True

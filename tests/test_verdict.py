@@ -25,7 +25,8 @@ def test_results_file_follows_the_contract(tmp_path, capsys):
     record = json.loads(Path(run.save()).read_text())
     assert CONTRACT <= set(record)
     assert record["preset"] == "smoke" and record["overrides"] == {} and record["seed"] == 0
-    assert record["checks"][0] == {"name": "a", "kind": "claim", "passed": True, "ours": 0.1235, "paper": "paper a"}
+    assert record["checks"][0] == {"name": "a", "kind": "claim", "passed": True, "ours": 0.1235,
+                                   "paper": "paper a", "inconclusive": False, "diagnosis": None}
     assert record["checks"][1]["passed"] is None
 
 
@@ -75,3 +76,39 @@ def test_an_interval_beside_the_papers_number_reads_consistent_below_or_above():
     assert against_paper((8.5, 10.0), (6.74, 8.38)) == "above"
     assert against_paper((9.0, 9.0), (6.74, 8.38), lower_bound=True) == "above"
     assert against_paper((2.5, 2.5), (6.74, 8.38), lower_bound=True) == "inconclusive (at least 2.5)"
+
+
+def test_an_inconclusive_check_reads_inconclusive_with_its_reason_and_still_counts_as_not_passed(
+        capsys):
+    from replicate.verdict import inconclusive_count, not_grokked_within, word
+
+    untested = claim("t4 decreases with r", False, {"40%": None}, "decreasing", inconclusive=True,
+                     diagnosis=not_grokked_within(6000, "r = 0.4"))
+    run = _run()
+    assert run.verdict([claim("a", True, 1, 1), untested]) is False
+    out = capsys.readouterr().out
+    assert "INCONCLUSIVE t4 decreases with r" in out
+    assert "why: did not grok within 6,000 steps (r = 0.4)" in out
+    assert "NOT REPRODUCED (1/2 claim checks pass; 1 inconclusive)" in out
+    record = run.record()
+    assert word(record["checks"][1]) == "INCONCLUSIVE" and inconclusive_count(record["checks"]) == 1
+    assert record["checks"][1]["passed"] is False and record["reproduced"] is False
+
+
+def test_a_failing_check_can_carry_a_diagnosis_and_stays_a_fail(capsys):
+    from replicate.verdict import word
+
+    failed = claim("a slingshot appears", False, 0, ">= 1", diagnosis="validation accuracy "
+                   "peaked at 0.62")
+    assert word({"kind": "claim", "passed": False, "inconclusive": False}) == "FAIL"
+    _run().verdict([failed])
+    out = capsys.readouterr().out
+    assert "FAIL   a slingshot appears" in out and "why: validation accuracy peaked at 0.62" in out
+    assert "inconclusive" not in out
+
+
+def test_an_inconclusive_check_cannot_pass_and_must_say_why():
+    with pytest.raises(ValueError, match="cannot pass"):
+        claim("a", True, 1, 1, inconclusive=True, diagnosis="did not grok")
+    with pytest.raises(ValueError, match="say why"):
+        claim("a", False, 1, 1, inconclusive=True)

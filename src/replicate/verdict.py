@@ -9,6 +9,12 @@ Two kinds of check:
 - `claim(...)`: an acceptance check of the paper's claim; all of them passing = "reproduced".
 - `report(...)`: something the paper states that we measure and show without a pass/fail,
   such as a discrepancy with the paper or a number the paper gives only qualitatively.
+
+A claim check that did not pass can say why, in `diagnosis` (what happened, with its numbers).
+When the run could not test the claim at all, most often because it did not grok within its step
+cap, the check is `inconclusive`: it reads INCONCLUSIVE instead of FAIL, and still counts as not
+passed, in this run's k/n and across seeds. The word tells the reader why; it never improves a
+ratio.
 """
 from __future__ import annotations
 
@@ -34,10 +40,25 @@ class Check:
     passed: bool | None
     ours: Any
     paper: Any
+    inconclusive: bool = False  # the run could not test the claim (e.g. it never grokked)
+    diagnosis: str | None = None  # why the check did not pass, in words and numbers
 
 
-def claim(name: str, passed: bool, ours: Any, paper: Any) -> Check:
-    return Check(name, "claim", bool(passed), _plain(ours), _plain(paper))
+def claim(name: str, passed: bool, ours: Any, paper: Any, inconclusive: bool = False,
+          diagnosis: str | None = None) -> Check:
+    """An acceptance check. `inconclusive` (which needs a `diagnosis`) marks a check the run
+    could not test; it must not also pass."""
+    if inconclusive and passed:
+        raise ValueError(f"check {name!r}: an inconclusive check cannot pass")
+    if inconclusive and not diagnosis:
+        raise ValueError(f"check {name!r}: say why it is inconclusive (diagnosis=...)")
+    return Check(name, "claim", bool(passed), _plain(ours), _plain(paper), bool(inconclusive),
+                 diagnosis)
+
+
+def not_grokked_within(cap: int, what: str = "") -> str:
+    """The diagnosis of a run stopped by its step cap before it grokked, in the book's words."""
+    return f"did not grok within {cap:,} steps" + (f" ({what})" if what else "")
 
 
 def report(name: str, ours: Any, paper: Any) -> Check:
@@ -65,8 +86,16 @@ def against_paper(ours: tuple[float, float], paper: tuple[float, float],
 
 
 def word(check: dict) -> str:
-    """PASS, FAIL or REPORT."""
-    return "REPORT" if check["kind"] == "report" else ("PASS" if check["passed"] else "FAIL")
+    """PASS, FAIL, INCONCLUSIVE or REPORT."""
+    if check["kind"] == "report":
+        return "REPORT"
+    return "PASS" if check["passed"] else "INCONCLUSIVE" if check.get("inconclusive") else "FAIL"
+
+
+def inconclusive_count(checks: list) -> int:
+    """How many claim checks the run could not test."""
+    rows = [c if isinstance(c, dict) else asdict(c) for c in checks]
+    return sum(bool(c.get("inconclusive")) for c in rows if c["kind"] == "claim")
 
 
 def _plain(value: Any) -> Any:
@@ -120,10 +149,14 @@ class ChapterRun:
             # A list of items prints as its count: nbval compares these words on any machine.
             print(_wrap(format_value(counted(c.ours)), "       ours: ", " " * 13))
             print(_wrap(format_value(counted(c.paper)), "       paper: ", " " * 14))
+            if c.diagnosis:
+                print(_wrap(c.diagnosis, "       why: ", " " * 12))
         claims = [c for c in self.checks if c.kind == "claim"]
-        ok = reproduced(self.checks)
+        ok, untested = reproduced(self.checks), inconclusive_count(self.checks)
         print(_wrap(f"{'REPRODUCED' if ok else 'NOT REPRODUCED'} ({sum(bool(c.passed) for c in claims)}"
-                    f"/{len(claims)} claim checks pass)", f"Verdict at preset {self.label}: ", "  "))
+                    f"/{len(claims)} claim checks pass"
+                    + (f"; {untested} inconclusive" if untested else "") + ")",
+                    f"Verdict at preset {self.label}: ", "  "))
         return ok
 
     def record(self) -> dict:
@@ -173,7 +206,7 @@ def _display_checks(checks: list[dict]) -> None:
         display(HTML(checks_table_html(checks)))
 
 
-BADGE = {"PASS": "#1b6e37", "FAIL": "#b3261e", "REPORT": "#4a5a6a"}
+BADGE = {"PASS": "#1b6e37", "FAIL": "#b3261e", "INCONCLUSIVE": "#8a5300", "REPORT": "#4a5a6a"}
 
 
 def badge(text: str) -> str:
@@ -186,7 +219,11 @@ def checks_table_html(checks: list[dict]) -> str:
     import html
 
     cell = lambda value: f"<td>{html.escape(value)}</td>"  # noqa: E731
-    rows = "".join(f"<tr><td>{badge(word(c))}</td>{cell(c['name'])}{cell(format_value(c['ours']))}"
+    def check_cell(c: dict) -> str:
+        why = f"<br><em>why: {html.escape(c['diagnosis'])}</em>" if c.get("diagnosis") else ""
+        return f"<td>{html.escape(c['name'])}{why}</td>"
+
+    rows = "".join(f"<tr><td>{badge(word(c))}</td>{check_cell(c)}{cell(format_value(c['ours']))}"
                    f"{cell(format_value(c['paper']))}</tr>" for c in checks)
     return ('<table class="verdict-checks" style="font-size:0.9em;width:100%">'
             '<thead><tr><th>Result</th><th style="width:46%">Check</th><th>Ours</th>'

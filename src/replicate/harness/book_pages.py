@@ -11,6 +11,7 @@ import yaml
 
 from ..config import chapters, format_value, label
 from ..runtime import atomic_write
+from ..verdict import inconclusive_count
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
 BOX_TAG, SEEDS_TAG, RUN_TAG = "verdict-box", "across-seeds", "run-yourself"
@@ -37,8 +38,10 @@ def seeds_summary(seeds: dict | None) -> str:
     k, n = seeds["reproduced"]["k"], seeds["reproduced"]["n"]
     word = {True: "robust", False: "not robust", None: "too few seeds to say"}[seeds["robust"]]
     rate = pass_rate(seeds["reproduced"].get("ci95"))
+    untested = len(seeds.get("inconclusive_seeds") or [])
     return f"{word}: {k}/{n} seeds reproduce the whole claim" + (
-        f" (pass rate {rate})" if rate else "")
+        f" (pass rate {rate})" if rate else "") + (
+        f"; {untested} seed{'s' if untested != 1 else ''} inconclusive" if untested else "")
 
 
 def pass_rate(ci95: list[float] | None) -> str:
@@ -59,7 +62,9 @@ def runtime_text(record: dict) -> str:
 def verdict_box(record: dict, seeds: dict | None, judged_label: str | None) -> str:
     passed, total = claim_counts(record)
     word, style = ("reproduced", "tip") if record["reproduced"] else ("not reproduced", "danger")
-    lines = [f":::{{admonition}} Verdict: {word}, {passed}/{total} claim checks pass",
+    untested = inconclusive_count(record["checks"])
+    lines = [f":::{{admonition}} Verdict: {word}, {passed}/{total} claim checks pass"
+             + (f", {untested} inconclusive" if untested else ""),
              f":class: {style} verdict-box", "",
              f"**Claim.** {record['claim']}", "",
              f"**This run.** Preset `{preset_label(record)}`, seed {record['seed']}, "
@@ -130,8 +135,11 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
         k = "" if c["kind"] == "report" else f"{c['k']}/{c['n']}"
         if rate := pass_rate(c.get("pass_rate_ci95")):
             k += f" (pass rate {rate})"
-        failed = ", ".join(s for s, ok in c.get("per_seed", {}).items() if ok is False)
+        untested = {str(s) for s in c.get("inconclusive_seeds") or []}
+        failed = ", ".join(s for s, ok in c.get("per_seed", {}).items()
+                           if ok is False and s not in untested)
         k += f" (fails for seed {failed})" if failed else ""
+        k += f" (inconclusive for seed {', '.join(sorted(untested, key=int))})" if untested else ""
         spread = [v for v in values if v["check"] == c["name"] and v.get("sd") is not None]
         columns = list(zip(*(seeds_cells(v) for v in spread))) or [(), (), ()]
         mean, interval, median = ("; ".join(filter(None, column)) for column in columns)
@@ -142,6 +150,10 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
             mean += " (identical in every seed)"
         lines.append("| " + " | ".join(table_cell(text) for text in (
             c["name"], c["kind"], k, mean, interval, median)) + " |")
+    diagnoses = [f"- *{table_cell(c['name'])}*, seed {s}: {text}" for c in seeds["checks"]
+                 for s, text in (c.get("diagnoses") or {}).items()]
+    if diagnoses:
+        lines += ["", TEXTS["seeds_diagnoses"], "", *diagnoses]
     for f in seeds.get("failed", []):
         lines += ["", TEXTS["seeds_failed_run"].format(seed=f.get("seed"),
                                                        error=f.get("error") or "no message")]

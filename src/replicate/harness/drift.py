@@ -1,7 +1,8 @@
 """What `validate` compares between a re-executed verdict and the published one.
 
 nbval compares the verdict cell's words with the numbers masked (`nbval_sanitize.cfg`); here the
-two results files are compared check by check: `kind`, `passed` and strings exactly, numbers
+two results files are compared check by check: `kind`, `passed`, `inconclusive` and strings
+exactly (a diagnosis is shown, not compared: its numbers are the run's), numbers
 within |ours - published| <= max(REL * max(|ours|, |published|), ABS) (5% or 0.001, whichever is
 looser) or what the chapter's `chapter.yaml` sets, for the chapter and then per check by name:
 `tolerance: {rel: 0.1, abs: 0.01, checks: {"loss at the end": {rel: 0.5}}}`. A list of items
@@ -95,6 +96,10 @@ def compare(published: dict, now: dict, tolerance: Tolerance | None = None,
             continue
         out += [Difference(name, key, old.get(key), new.get(key), False)
                 for key in ("kind", "passed") if old.get(key) != new.get(key)]
+        # A record from before the INCONCLUSIVE word lacks the flag: it read FAIL, i.e. False.
+        if bool(old.get("inconclusive")) != bool(new.get("inconclusive")):
+            out.append(Difference(name, "inconclusive", bool(old.get("inconclusive")),
+                                  bool(new.get("inconclusive")), False))
         for key in ("ours", "paper"):
             _walk(name, key, old.get(key), new.get(key), per_check.get(name, tolerance), out)
     return out

@@ -94,8 +94,9 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path)
         if s:
             word = {True: " robust", False: " not robust", None: ""}[s["robust"]]
             rate = pass_rate(s["reproduced"].get("ci95"))
+            untested = len(s.get("inconclusive_seeds") or [])
             across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}" + (
-                f" ({rate})" if rate else "")
+                f" ({rate})" if rate else "") + (f", {untested} inconclusive" if untested else "")
         runtime = f"{r['duration_s']:.0f} s" if r else "—"
         lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
                      f"| {checks} | {across} | {runtime} |")

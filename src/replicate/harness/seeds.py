@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import SCHEMA_PRESET, ConfigError, RunSpec
 from ..runtime import BOOK_DIR, atomic_write, display_path
-from ..verdict import reproduced as all_claims_pass
+from ..verdict import inconclusive_count, reproduced as all_claims_pass
 
 SWEEPS_DIR, RESULTS_DIR = BOOK_DIR / "sweeps", BOOK_DIR / "results"
 ROBUST_SHARE = 0.8
@@ -118,11 +118,16 @@ def summarise(values: list[float]) -> dict:
 def aggregate_records(records: dict[int, dict]) -> dict:
     """The across-seed part of a seeds file from {seed: verdict record}."""
     seeds, n = sorted(records), len(records)
-    names, numbers = {}, {}  # name -> {"kind", "per_seed"}; (name, key) -> {seed: number}
+    names, numbers = {}, {}  # name -> {"kind", "per_seed", ...}; (name, key) -> {seed: number}
     for seed in seeds:
         for check in records[seed].get("checks", []):
-            entry = names.setdefault(check["name"], {"kind": check["kind"], "per_seed": {}})
+            entry = names.setdefault(check["name"], {"kind": check["kind"], "per_seed": {},
+                                                     "inconclusive": [], "diagnoses": {}})
             entry["per_seed"][str(seed)] = check["passed"] if check["kind"] == "claim" else None
+            if check["kind"] == "claim" and check.get("inconclusive"):
+                entry["inconclusive"].append(seed)
+            if check["kind"] == "claim" and not check["passed"] and check.get("diagnosis"):
+                entry["diagnoses"][str(seed)] = check["diagnosis"]
             ours = check.get("ours")
             for key, v in (ours.items() if isinstance(ours, dict) else [(None, ours)]):
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
@@ -131,9 +136,11 @@ def aggregate_records(records: dict[int, dict]) -> dict:
     checks = []
     for name, e in names.items():
         k = sum(map(bool, e["per_seed"].values())) if e["kind"] == "claim" else None
+        # INCONCLUSIVE seeds count as not passing, as in the run itself: listed, never excused
         checks.append({"name": name, "kind": e["kind"], "k": k, "n": n,
                        "pass_rate_ci95": None if k is None else clopper_pearson(k, n),
-                       "per_seed": e["per_seed"]})
+                       "per_seed": e["per_seed"], "inconclusive_seeds": e["inconclusive"],
+                       "diagnoses": e["diagnoses"]})
     unmatched = [{"name": name, "seeds": [int(s) for s in e["per_seed"]]}
                  for name, e in names.items() if len(e["per_seed"]) < n]
     values = [{"check": name, "key": key, **summarise(list(per_seed.values())),
@@ -141,7 +148,9 @@ def aggregate_records(records: dict[int, dict]) -> dict:
     claims = [c["k"] for c in checks if c["kind"] == "claim"]
     robust = None if n < 2 else bool(claims) and all(k >= ROBUST_SHARE * n - 1e-9 for k in claims)
     k = sum(all_claims_pass(records[s].get("checks", [])) for s in seeds)
+    untested = [s for s in seeds if inconclusive_count(records[s].get("checks", []))]
     return {"seeds": seeds, "n": n, "robust": robust, "robust_rule": ROBUST_RULE,
+            "inconclusive_seeds": untested,
             "interval": INTERVAL, "pass_rate_interval": PASS_RATE_INTERVAL,
             "reproduced": {"k": k, "n": n, "ci95": clopper_pearson(k, n)}, "checks": checks,
             "values": values, "unmatched": unmatched}
@@ -158,6 +167,7 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
     return {"chapter": chapter, "preset": preset, "overrides": spec.overrides, **body,
             "runs": [{"seed": seed, "source": run["source"],
                       "reproduced": all_claims_pass(run["record"].get("checks", [])),
+                      "inconclusive": inconclusive_count(run["record"].get("checks", [])),
                       "duration_s": run["record"].get("duration_s")} for seed, run in runs.items()],
             "failed": failed, "published": note}
 
@@ -191,8 +201,12 @@ def describe(record: dict) -> str:
     robust = {True: "robust", False: "NOT robust", None: "too few seeds to say"}[record["robust"]]
     lines = [f"{record['chapter']} at {record['preset']}: reproduced in {record['reproduced']['k']}"
              f"/{record['reproduced']['n']} seeds {record['seeds']}; {robust}"]
-    lines += [f"    not every seed: {c['name']} ({c['k']}/{c['n']})" for c in record["checks"]
-              if c["kind"] == "claim" and c["k"] < c["n"]]
+    for c in record["checks"]:
+        if c["kind"] == "claim" and c["k"] < c["n"]:
+            untested = c.get("inconclusive_seeds") or []
+            why = f"; inconclusive in seeds {untested}" if untested else ""
+            lines.append(f"    not every seed: {c['name']} ({c['k']}/{c['n']}{why})")
+            lines += [f"        seed {s}: {text}" for s, text in c.get("diagnoses", {}).items()]
     lines += [f"    failed seed {f['seed']}: {f['error']}" for f in record["failed"]]
     lines += [f"    check not matched across seeds: {u['name']} (seeds {u['seeds']})"
               for u in record.get("unmatched", [])]
