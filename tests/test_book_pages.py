@@ -7,6 +7,7 @@ from replicate import config as presets
 from replicate import verdict
 from replicate.harness import book_pages, scoreboard
 from replicate.harness.seeds import load_seeds
+from replicate.runtime import BOOK_DIR
 
 RECORD = {"chapter": "07_optimizers", "title": "07 · Optimisers", "claim": "Adam reaches the minimum.",
           "preset": "cpu", "reproduced": False, "seed": 0, "device": "cpu (1 thread)",
@@ -313,3 +314,31 @@ def test_an_inconclusive_seed_is_named_apart_from_failing_ones_with_every_diagno
     box = book_pages.verdict_box(untested, seeds, None)
     assert "Verdict: not reproduced, 1/2 claim checks pass, 1 inconclusive" in box
     assert "INCONCLUSIVE" in verdict.checks_table_html(untested["checks"])
+
+
+def test_the_papers_numbers_sit_beside_our_interval_in_words(monkeypatch):
+    entry = {"check": "adam reaches it", "what": "final loss", "paper": 0.05}
+    import dataclasses
+
+    chapter = presets.chapters()["07_optimizers"]
+    monkeypatch.setitem(presets.chapters(), "07_optimizers", dataclasses.replace(
+        chapter, meta={**chapter.meta, "paper_numbers": [
+            entry, dict(entry, paper=[0.0, 0.015], what="a band"),
+            dict(entry, check="missing", what="gone")]}))
+    three = dict(SEEDS, values=[dict(SEEDS["values"][0], ci95=None)])  # too few for an interval
+    text = book_pages.across_seeds_section(RECORD, three)
+    assert "| final loss | [0.01, 0.03] (range over 3 seeds) | 0.05 | below |" in text
+    assert "| a band | [0.01, 0.03] (range over 3 seeds) | 0–0.015 | consistent |" in text
+    assert "| gone | not measured in these seeds | 0.05 | — |" in text
+    five = dict(SEEDS, values=[dict(SEEDS["values"][0], n=5, ci95=[0.06, 0.07])])
+    assert "[0.06, 0.07] (95% interval) | 0.05 | above |" in book_pages.across_seeds_section(
+        RECORD, five)
+
+
+def test_every_papers_number_names_a_check_the_published_chapter_has():
+    for name, chapter in presets.chapters().items():
+        record = next((r for r in scoreboard.load_results(BOOK_DIR / "results")
+                       if r["chapter"] == name), None)
+        for entry in chapter.get("paper_numbers") or []:
+            assert record, f"{name} lists paper numbers but has no published results"
+            assert entry["check"] in {c["name"] for c in record["checks"]}, (name, entry)

@@ -120,6 +120,35 @@ def table_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") or "—"
 
 
+def paper_numbers_lines(chapter: str, seeds: dict) -> list[str]:
+    """Our spread across seeds beside each number the paper gives (`paper_numbers` in the
+    chapter's chapter.yaml: the check, the key of its `ours` when it is a mapping, what it is, and
+    the paper's number or [low, high]), read in words by `verdict.against_paper`. Ours is the
+    95% interval of the mean from five seeds on, the range over the seeds below that."""
+    from ..verdict import against_paper
+    wanted = (chapters().get(chapter) or {}).get("paper_numbers") or []
+    rows = []
+    for entry in wanted:
+        value = next((v for v in seeds.get("values", []) if v["check"] == entry["check"]
+                      and v.get("key") == entry.get("key")), None)
+        paper = entry["paper"] if isinstance(entry["paper"], list) else [entry["paper"]] * 2
+        paper_text = (format_value(paper[0]) if paper[0] == paper[1]
+                      else f"{format_value(paper[0])}–{format_value(paper[1])}")
+        if value is None:
+            rows.append(f"| {table_cell(entry['what'])} | not measured in these seeds | "
+                        f"{paper_text} | — |")
+            continue
+        ours, how = ((value["ci95"], "95% interval") if value.get("ci95")
+                     else (value["range"], f"range over {value['n']} seeds"))
+        rows.append(f"| {table_cell(entry['what'])} | [{format_value(ours[0])}, "
+                    f"{format_value(ours[1])}] ({how}) | {paper_text} | "
+                    f"{against_paper(tuple(ours), tuple(paper))} |")
+    if not rows:
+        return []
+    return ["", TEXTS["seeds_paper_numbers"], "", "| Quantity | Ours across seeds | Paper | "
+            "In words |", "|---|---|---|---|", *rows]
+
+
 def across_seeds_section(record: dict, seeds: dict | None) -> str:
     name = record["chapter"]
     if not seeds:
@@ -150,6 +179,7 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
             mean += " (identical in every seed)"
         lines.append("| " + " | ".join(table_cell(text) for text in (
             c["name"], c["kind"], k, mean, interval, median)) + " |")
+    lines += paper_numbers_lines(name, seeds)
     diagnoses = [f"- *{table_cell(c['name'])}*, seed {s}: {text}" for c in seeds["checks"]
                  for s, text in (c.get("diagnoses") or {}).items()]
     if diagnoses:
