@@ -147,8 +147,10 @@ def test_timing_one_benchmark_again_keeps_the_others(tmp_path, monkeypatch):
     page = scoreboard.render_page(record)
     assert f"| {record['measured']['first']}, 2 threads |" in page
     assert f"| {record['measured']['second']}, 1 thread |" in page
+    results = bench.BOOK_DIR / "results"
     assert (tmp_path / "benchmarks.md").read_text() == scoreboard.render_page(
-        scoreboard.with_current_chapters(record, bench.BOOK_DIR / "results"))  # beside the file
+        scoreboard.with_current_chapters(record, results)) + scoreboard.cost_section(
+        results, bench.BOOK_DIR / "claims")  # beside the file, with where the time goes
 
 
 def test_the_page_shows_the_chapters_current_times(tmp_path):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .runtime import data_dir, display_path
+from .runtime import costed, data_dir, display_path
 
 if TYPE_CHECKING:  # the annotations only; importing torch takes about a second
     import torch
@@ -229,6 +229,7 @@ def require_mnist(directory: str | Path | None = None) -> Path:
     return raw
 
 
+@costed("MNIST loading")
 def load_mnist(directory: str | Path | None = None, download: bool = True, verbose: bool = True) -> MNIST:
     """Load MNIST from `directory` (default: the data directory), as described above."""
     import torch

@@ -4,6 +4,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import seaborn as sns
 
+from .runtime import costed
+
 # The page build (harness.book_pages) moves what `show` attaches under this key into the cell's
 # `mystnb` metadata, where MyST-NB turns the image into a numbered figure.
 FIGURE_KEY = "replicate_figure"
@@ -18,6 +20,7 @@ def use_book_style() -> None:
                          "figure.constrained_layout.use": True})
 
 
+@costed("figures shown (plotting.show)")
 def show(fig: plt.Figure, name: str, caption: str, alt: str) -> None:
     """Show `fig` as a numbered figure of the book, and close it.
 

@@ -4,13 +4,17 @@ This is the one place that chooses the device and dtype: every chapter asks here
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import random
 import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
+from typing import Callable
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -206,3 +210,50 @@ def provenance() -> dict:
         except AttributeError:  # torch < 2.0
             record["cpu_capability"] = "unknown"
     return record
+
+
+# --- where a chapter's time goes ---------------------------------------------------------------
+# Seconds per phase in this process. Each second is charged once, to the innermost open phase:
+# a measure called from inside the training loop's evaluation pauses the evaluation's clock.
+COST: dict[str, float] = {}
+_open_phases: list[list] = []  # [name, when its clock last (re)started], innermost last
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    """Charge the time spent inside to `name` in COST (see above: nested phases pause outer
+    ones). About a microsecond per use, so it can wrap every training step."""
+    now = time.perf_counter()
+    if _open_phases:
+        outer = _open_phases[-1]
+        COST[outer[0]] = COST.get(outer[0], 0.0) + now - outer[1]
+    _open_phases.append([name, now])
+    try:
+        yield
+    finally:
+        now = time.perf_counter()
+        inner, since = _open_phases.pop()
+        COST[inner] = COST.get(inner, 0.0) + now - since
+        if _open_phases:
+            _open_phases[-1][1] = now
+
+
+def costed(name: str) -> Callable:
+    """Decorator: every call of the function is a `phase(name)`."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            with phase(name):
+                return fn(*args, **kwargs)
+        return timed
+    return wrap
+
+
+def cost_since(start: dict[str, float], total: float) -> dict[str, float]:
+    """The phases' seconds since the snapshot `start` of COST, largest first, with the rest of
+    `total` (notebook code outside every phase: tables, drawing, small computations) as
+    "other"; rounded to 0.1 s, phases under 0.05 s left out."""
+    spent = {k: v - start.get(k, 0.0) for k, v in COST.items()}
+    spent = {k: round(v, 1) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
+             if v >= 0.05}
+    return {**spent, "other": round(max(total - sum(spent.values()), 0.0), 1)}

@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import __version__
-from .runtime import atomic_write, cache_dir, display_path
+from .runtime import atomic_write, cache_dir, display_path, phase
 
 
 class DivergenceError(RuntimeError):
@@ -40,6 +40,9 @@ def log_spaced_steps(total: int, count: int, include_zero: bool = True) -> list[
     return ([0] if include_zero else []) + steps
 
 
+TRAINING, EVALUATION = "training steps", "evaluations during training"  # runtime.COST phases
+
+
 def train_loop(step: Callable[[int], float], steps: int, eval_steps: list[int],
                evaluate: Callable[[int], dict[str, Any]], desc: str = "training") -> list[dict[str, Any]]:
     """Run `step(t)` for t = 1..steps; call `evaluate(t)` at each of `eval_steps` (0 = before training).
@@ -54,21 +57,24 @@ def train_loop(step: Callable[[int], float], steps: int, eval_steps: list[int],
     wanted = sorted(set(int(s) for s in eval_steps if 0 <= s <= steps))
     history = []
     if wanted and wanted[0] == 0:
-        history.append({"step": 0, **evaluate(0)})
+        with phase(EVALUATION):
+            history.append({"step": 0, **evaluate(0)})
         if history[-1].pop("stop", False):
             return history
     wanted = set(wanted)
     # mininterval keeps the bar from costing time on fast steps; TQDM_DISABLE=1 silences it.
     bar = tqdm(range(1, steps + 1), desc=desc, mininterval=1.0, leave=False)
     for t in bar:
-        loss = float(step(t))
+        with phase(TRAINING):
+            loss = float(step(t))
         if not math.isfinite(loss):
             bar.close()
             raise DivergenceError(
                 f"{desc}: the training loss became {loss} at step {t}. Lower the learning rate, "
                 f"or check the initialisation scale and the data range.")
         if t in wanted:
-            history.append({"step": t, "loss": loss, **evaluate(t)})
+            with phase(EVALUATION):
+                history.append({"step": t, "loss": loss, **evaluate(t)})
             bar.set_postfix(loss=f"{loss:.3g}", refresh=False)
             if history[-1].pop("stop", False):
                 break

@@ -27,7 +27,8 @@ from typing import Any
 
 from . import training
 from .config import RunSpec, counted, format_value, get_chapter
-from .runtime import atomic_write, describe_device, display_path, provenance, results_dir, seed_everything
+from .runtime import (COST, atomic_write, cost_since, describe_device, display_path, provenance,
+                      results_dir, seed_everything)
 
 RESULTS_SHOWN_ENV = "REPLICATE_RESULTS_SHOWN"  # set by `run`: where the verdict went ("": the book)
 WIDTH = 96  # printed lines fit the book's text column
@@ -130,6 +131,7 @@ class ChapterRun:
         # The run cache's tally is per process: this execution's part of it goes in the record,
         # since a recorded duration means little without it.
         self._cache_at_start = dict(training.CACHE_STATS)
+        self._cost_at_start = dict(COST)
         self.started = time.perf_counter()
         seed_everything(self.seed)
 
@@ -165,6 +167,7 @@ class ChapterRun:
         if self.checks is None:
             raise RuntimeError("call run.verdict(checks) before run.save()")
         ch = get_chapter(self.chapter)
+        duration = round(time.perf_counter() - self.started, 1)
         return {
             "chapter": self.chapter, "title": ch.title, "claim": ch.claim,
             "preset": self.spec.preset, "overrides": self.spec.overrides,
@@ -172,7 +175,9 @@ class ChapterRun:
             "checks": [asdict(c) for c in self.checks],
             "seed": self.seed,
             "device": describe_device(),
-            "duration_s": round(time.perf_counter() - self.started, 1),
+            "duration_s": duration,
+            # where that time went: training steps, evaluations, each timed measure, "other"
+            "cost_s": cost_since(self._cost_at_start, duration),
             # training runs reused from the run cache vs computed in this execution
             "runs": {k: training.CACHE_STATS[k] - self._cache_at_start.get(k, 0)
                      for k in ("reused", "computed")},

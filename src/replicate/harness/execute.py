@@ -20,7 +20,8 @@ from pathlib import Path
 
 from .. import data
 from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
-from ..runtime import BOOK_DIR, PROJECT_ROOT, check_cache_dir, display_path, runs_dir
+from ..runtime import (BOOK_DIR, PROJECT_ROOT, atomic_write, check_cache_dir, display_path,
+                       runs_dir)
 from . import publish
 from .book_pages import refresh_chapter_page
 from .seeds import load_seeds
@@ -137,6 +138,7 @@ def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
     os.environ.update(kernel_env)
     try:
         try:
+            called = time.perf_counter()
             pm.execute_notebook(str(get_chapter(name).notebook), str(out),
                                 parameters={"spec": spec.as_parameter()}, kernel_name="python3",
                                 progress_bar=sys.stderr.isatty(), cwd=str(PROJECT_ROOT),
@@ -152,7 +154,10 @@ def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
         if not result.exists():
             return False, f"{name} ran but wrote no verdict (did the notebook call run.save()?)"
         try:
-            prepare_page(out, json.loads(result.read_text()), results_dir)
+            record = json.loads(result.read_text()) | {
+                "notebook_s": notebook_costs(out, time.perf_counter() - called)}
+            atomic_write(result, json.dumps(record, indent=2) + "\n")
+            prepare_page(out, record, results_dir)
         except Exception as err:  # a malformed verdict or notebook: report it, publish nothing
             return False, f"{name} ran but its page could not be prepared: {type(err).__name__}: {err}"
         try:
@@ -167,6 +172,32 @@ def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
         tempfile.tempdir = saved_tempdir
         stop_kernels()
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def notebook_costs(notebook: Path, wall: float | None = None, shown: int = 6) -> dict:
+    """Where an executed notebook's time went, from papermill's timestamps: the cells' total, the
+    kernel's start and shutdown (`wall`, papermill's whole call, less the cells), and the `shown`
+    slowest code cells, each by its number among the code cells and its first line."""
+    nb = json.loads(Path(notebook).read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    timed = [(i, c) for i, c in enumerate(code, 1) if (c["metadata"].get("papermill") or {})
+             .get("duration") is not None]
+    if not timed:
+        return {}
+    slowest = sorted(timed, key=lambda ic: -ic[1]["metadata"]["papermill"]["duration"])[:shown]
+
+    def first_line(cell: dict) -> str:
+        lines = [ln for ln in "".join(cell["source"]).splitlines()
+                 if ln.strip() and not ln.startswith("# NBVAL")]
+        return (lines[0][:60] if lines else "")
+
+    cells = sum(c["metadata"]["papermill"]["duration"] for _, c in timed)
+    return {"cells": round(cells, 1),
+            **({"kernel start and shutdown": round(max(wall - cells, 0.0), 1)}
+               if wall is not None else {}),
+            "slowest cells": [{"cell": i, "first line": first_line(c),
+                               "s": round(c["metadata"]["papermill"]["duration"], 1)}
+                              for i, c in slowest]}
 
 
 def journal_path(results_dir: Path, chapter: str) -> Path:

@@ -322,8 +322,36 @@ def write_benchmarks_page(benchmarks_file: Path, results_dir: Path) -> Path:
     """The page of a benchmarks file, beside it (`benchmarks.json` -> `benchmarks.md`), with the
     chapters' times read now from `results_dir`."""
     page = Path(benchmarks_file).with_suffix(".md")
-    page.write_text(render_page(with_current_chapters(_load(benchmarks_file), results_dir)))
+    page.write_text(render_page(with_current_chapters(_load(benchmarks_file), results_dir))
+                    + cost_section(results_dir, Path(results_dir).parent / "claims"))
     return page
+
+
+def cost_section(results_dir: Path, claims_dir: Path) -> str:
+    """Where each chapter's time went at its published run: the phases the package timed
+    (`runtime.COST`: training steps, evaluations, each timed measure, the rest as "other") and
+    the slowest cells. A chapter published before the phases were timed shows the cell timings
+    papermill kept in its notebook."""
+    from .execute import notebook_costs
+
+    def seconds(value: float) -> str:
+        return f"{value:,.0f} s" if value >= 10 else f"{value:.1f} s"
+
+    rows = []
+    for record in load_results(results_dir):
+        cells = record.get("notebook_s") or notebook_costs(claims_dir / f"{record['chapter']}.ipynb")
+        phases = "; ".join(f"{name} {seconds(v)}" for name, v in (record.get("cost_s") or {})
+                           .items()) or "not timed at this run"
+        slowest = "; ".join(f"cell {c['cell']} (`{c['first line'].replace('|', '/')}`) "
+                            f"{seconds(c['s'])}" for c in (cells.get("slowest cells") or [])[:3])
+        start = cells.get("kernel start and shutdown")
+        rows.append(f"| {record['chapter']} | {seconds(record['duration_s'])} | {phases} | "
+                    f"{slowest or '—'} | {'—' if start is None else seconds(start)} |")
+    if not rows:
+        return ""
+    return "\n".join(["", TEXTS["benchmarks_costs"], "",
+                      "| Chapter | Run | Phases | Slowest cells | Kernel start and shutdown |",
+                      "|---|---|---|---|---|", *rows]) + "\n"
 
 
 def render_page(record: dict) -> str:

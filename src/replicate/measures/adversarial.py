@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..runtime import costed
+
 
 @contextmanager
 def _frozen(model: nn.Module):
@@ -58,6 +60,7 @@ def pgd_linf(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps, alpha: flo
     return adv.detach()
 
 
+@costed("adversarial accuracy (PGD)")
 def robust_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epsilons: list[float],
                     alpha: float, steps: int, random_start: bool = True,
                     data_range: tuple[float, float] = (0.0, 1.0), seed: int = 0) -> dict[float, float]:

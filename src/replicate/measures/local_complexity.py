@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..models import MLP
+from ..runtime import costed
 
 
 def orthonormal_frame(dim: int, n_directions: int, seed: int = 0, n_points: int | None = None,
@@ -90,6 +91,7 @@ class LocalComplexity:
         return self.per_layer[:, -1]
 
 
+@costed("local complexity")
 def local_complexity(model: nn.Module, points: torch.Tensor, radius: float, n_directions: int = 25,
                      seed: int = 0, frame: torch.Tensor | None = None,
                      batch_size: int = 250) -> LocalComplexity:

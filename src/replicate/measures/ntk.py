@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
+from ..runtime import costed
+
 
 def parameter_gradients(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """d f(x_n) / d theta for every point, flattened: shape (n, k, P) for k outputs."""
@@ -26,6 +28,7 @@ def parameter_gradients(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.cat([g.flatten(2) for g in grads.values()], dim=2)
 
 
+@costed("empirical NTK")
 def empirical_ntk(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The n x n empirical NTK on the points x, summed over the outputs (the trace kernel)."""
     g = parameter_gradients(model, x)

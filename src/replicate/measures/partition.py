@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime import costed
+
 # Two polygon vertices closer than this (times the domain side) to a zero line count as lying on
 # it; keeps float round-off from creating sliver regions where a line passes through a vertex.
 _TOL = 1e-10
@@ -327,6 +329,7 @@ def _affine_at(maps: np.ndarray, points: np.ndarray) -> np.ndarray:
     return maps[:, 0] * points[:, :1] + maps[:, 1] * points[:, 1:] + maps[:, 2]
 
 
+@costed("exact 2D partition")
 def partition(layers, plane: Plane, domain: tuple[float, float, float, float]) -> Partition:
     """The exact partition of `domain` (umin, umax, vmin, vmax; a square) of `plane` by the ReLU
     MLP with Linear layers `layers` [(W, b), ...] (ReLU after each but the last)."""
