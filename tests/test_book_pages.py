@@ -342,3 +342,12 @@ def test_every_papers_number_names_a_check_the_published_chapter_has():
         for entry in chapter.get("paper_numbers") or []:
             assert record, f"{name} lists paper numbers but has no published results"
             assert entry["check"] in {c["name"] for c in record["checks"]}, (name, entry)
+
+
+def test_a_deterministic_chapter_says_its_seeds_count_as_one_run():
+    same = dict(SEEDS, deterministic=True, robust=None, reproduced={"k": 3, "n": 3})
+    assert book_pages.seeds_summary(same).startswith("deterministic: all 3 seeds give the same")
+    row = next(line for line in scoreboard.summary_table([RECORD], {"07_optimizers": same},
+                                                         BOOK_DIR / "claims")
+               if "07" in line and "|" in line)
+    assert "3/3 deterministic |" in row and "pass rate" not in row

@@ -508,3 +508,25 @@ def test_two_chapters_run_in_two_lanes_and_each_publishes_its_pair(tmp_path):
         record = json.loads((tmp_path / f"{chapter}.json").read_text())
         assert record["preset"] == "smoke" and (tmp_path / f"{chapter}.ipynb").exists()
         assert record["device"] == "cpu (1 thread)"  # each lane on one thread
+
+
+def test_seeds_that_change_nothing_count_as_one_run_not_as_robust():
+    same = {s: record(s, [True, True], 1.0) for s in range(5)}
+    for r in same.values():
+        r["duration_s"] = 10.0
+    agg = seeds.aggregate_records(same)
+    assert agg["deterministic"] is True and agg["robust"] is None
+    assert "deterministic" in seeds.describe({**agg, "chapter": "07_optimizers",
+                                              "preset": "cpu", "failed": []})
+    moved = {**same, 4: record(4, [True, True], 1.0 + 1e-6)}  # a number the seed reaches
+    assert seeds.aggregate_records(moved)["deterministic"] is False
+    assert seeds.aggregate_records(moved)["robust"] is True
+    flipped = {**same, 4: record(4, [True, False], 1.0)}  # a verdict the seed reaches
+    assert seeds.aggregate_records(flipped)["deterministic"] is False
+
+
+def test_a_chapter_that_declares_the_seed_enters_nothing_is_deterministic_despite_drift():
+    drifted = {s: record(s, [True, True], 1.0 + 1e-4 * (s == 0)) for s in range(5)}  # a machine
+    assert seeds.aggregate_records(drifted)["deterministic"] is False
+    assert seeds.aggregate_records(drifted, deterministic=True)["deterministic"] is True
+    assert seeds.aggregate_records({0: drifted[0]}, deterministic=True)["deterministic"] is False

@@ -36,6 +36,9 @@ def seeds_summary(seeds: dict | None) -> str:
     if not seeds:
         return "not yet run across seeds"
     k, n = seeds["reproduced"]["k"], seeds["reproduced"]["n"]
+    if seeds.get("deterministic"):
+        return (f"deterministic: all {n} seeds give the same numbers, so they count as one run "
+                f"({'it reproduces' if k else 'it does not reproduce'} the whole claim)")
     word = {True: "robust", False: "not robust", None: "too few seeds to say"}[seeds["robust"]]
     rate = pass_rate(seeds["reproduced"].get("ci95"))
     untested = len(seeds.get("inconclusive_seeds") or [])

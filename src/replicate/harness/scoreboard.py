@@ -77,6 +77,8 @@ def headline(results: list[dict], seeds: dict[str, dict]) -> str:
     at = f"at preset `{presets[0]}`" if len(presets) == 1 else "at the presets the chapters name"
     text = (f"**{ok} of the {len(run)} claims run so far reproduced** {at}, and {robust} of "
             f"them are robust across seeds")
+    if same := sum(bool((seeds.get(r["chapter"]) or {}).get("deterministic")) for r in run):
+        text += f" ({same} deterministic: the seed changes nothing there)"
     if pending := len(chapters()) - len(run):
         text += f"; {pending} chapter{'s' if pending > 1 else ''} not yet run"
     return text + "."
@@ -93,7 +95,9 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path)
         across = "—"
         if s:
             word = {True: " robust", False: " not robust", None: ""}[s["robust"]]
-            rate = pass_rate(s["reproduced"].get("ci95"))
+            # identical repeats are one run: no pass rate to estimate
+            word = " deterministic" if s.get("deterministic") else word
+            rate = "" if s.get("deterministic") else pass_rate(s["reproduced"].get("ci95"))
             untested = len(s.get("inconclusive_seeds") or [])
             across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}" + (
                 f" ({rate})" if rate else "") + (f", {untested} inconclusive" if untested else "")

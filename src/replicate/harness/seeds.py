@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from ..config import SCHEMA_PRESET, ConfigError, RunSpec
+from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
 from ..runtime import BOOK_DIR, atomic_write, display_path
 from ..verdict import inconclusive_count, reproduced as all_claims_pass
 
@@ -115,8 +115,14 @@ def summarise(values: list[float]) -> dict:
             "range": span}
 
 
-def aggregate_records(records: dict[int, dict]) -> dict:
-    """The across-seed part of a seeds file from {seed: verdict record}."""
+def same_in_every_seed(values: list[float], noise: float = 1e-9) -> bool:
+    """Whether the seeds' values agree up to float rounding (`noise` of their size)."""
+    return max(values) - min(values) <= noise * max(abs(v) for v in values) if values else True
+
+
+def aggregate_records(records: dict[int, dict], deterministic: bool = False) -> dict:
+    """The across-seed part of a seeds file from {seed: verdict record}. `deterministic`: the
+    chapter says the seed enters nothing it computes (else: every number agrees to rounding)."""
     seeds, n = sorted(records), len(records)
     names, numbers = {}, {}  # name -> {"kind", "per_seed", ...}; (name, key) -> {seed: number}
     for seed in seeds:
@@ -146,10 +152,16 @@ def aggregate_records(records: dict[int, dict]) -> dict:
     values = [{"check": name, "key": key, **summarise(list(per_seed.values())),
                "per_seed": per_seed} for (name, key), per_seed in numbers.items()]
     claims = [c["k"] for c in checks if c["kind"] == "claim"]
-    robust = None if n < 2 else bool(claims) and all(k >= ROBUST_SHARE * n - 1e-9 for k in claims)
+    # Nothing the seed reaches: n identical runs are one run, and say nothing about robustness.
+    deterministic = n > 1 and (deterministic or all(
+        len(set(c["per_seed"].values())) == 1 for c in checks) and all(
+        same_in_every_seed(list(per_seed.values())) for per_seed in numbers.values()))
+    robust = None if n < 2 or deterministic else bool(claims) and all(
+        k >= ROBUST_SHARE * n - 1e-9 for k in claims)
     k = sum(all_claims_pass(records[s].get("checks", [])) for s in seeds)
     untested = [s for s in seeds if inconclusive_count(records[s].get("checks", []))]
     return {"seeds": seeds, "n": n, "robust": robust, "robust_rule": ROBUST_RULE,
+            "deterministic": deterministic,
             "inconclusive_seeds": untested,
             "interval": INTERVAL, "pass_rate_interval": PASS_RATE_INTERVAL,
             "reproduced": {"k": k, "n": n, "ci95": clopper_pearson(k, n)}, "checks": checks,
@@ -163,7 +175,8 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
     if "seed" in spec.overrides:
         raise ConfigError("aggregate over seeds: do not fix the seed")
     runs, failed, note = collect_runs(chapter, preset, spec.overrides, results_dir, sweeps_dir)
-    body = aggregate_records({seed: run["record"] for seed, run in runs.items()})
+    body = aggregate_records({seed: run["record"] for seed, run in runs.items()},
+                             bool(get_chapter(chapter).get("deterministic")))
     return {"chapter": chapter, "preset": preset, "overrides": spec.overrides, **body,
             "runs": [{"seed": seed, "source": run["source"],
                       "reproduced": all_claims_pass(run["record"].get("checks", [])),
@@ -199,6 +212,8 @@ def load_seeds(chapter: str, results_dir: Path = RESULTS_DIR) -> dict | None:
 def describe(record: dict) -> str:
     """A seeds file in a few lines for the terminal: the verdict, then what not every seed met."""
     robust = {True: "robust", False: "NOT robust", None: "too few seeds to say"}[record["robust"]]
+    if record.get("deterministic"):
+        robust = "deterministic: the seed changes nothing, so the repeats say nothing"
     lines = [f"{record['chapter']} at {record['preset']}: reproduced in {record['reproduced']['k']}"
              f"/{record['reproduced']['n']} seeds {record['seeds']}; {robust}"]
     for c in record["checks"]:
