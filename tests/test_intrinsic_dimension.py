@@ -113,7 +113,7 @@ def dense_float64_neighbours(x: torch.Tensor, k: int) -> torch.Tensor:
 def lattice_with_near_ties(seed: int = 0) -> torch.Tensor:
     """A 4-D integer lattice rotated into R^32, each point moved by ~1e-7: every interior point
     has 8 neighbours at distance 1 that float32 cannot tell apart (its scores err by ~1e-5 here)
-    but float64 can, more than the k + EXTRA_CANDIDATES = 6 candidates the fast path keeps."""
+    but float64 can, more than the k + EXTRA_CANDIDATES = 4 candidates the fast path keeps."""
     gen = torch.Generator().manual_seed(seed)
     grid = torch.cartesian_prod(*[torch.arange(6, dtype=torch.float64)] * 4)
     jitter = 1e-7 * torch.randn(grid.shape, generator=gen, dtype=torch.float64)
@@ -123,9 +123,10 @@ def lattice_with_near_ties(seed: int = 0) -> torch.Tensor:
 def test_twonn_fast_neighbours_match_dense_float64_on_near_ties(monkeypatch):
     x = lattice_with_near_ties()
     dense_rows = []
-    slow_path = intrinsic_dimension.dense_row_distances
-    monkeypatch.setattr(intrinsic_dimension, "dense_row_distances",
-                        lambda points, i: dense_rows.append(i) or slow_path(points, i))
+    slow_path = intrinsic_dimension.dense_distances
+    monkeypatch.setattr(intrinsic_dimension, "dense_distances",
+                        lambda points, rows: dense_rows.extend(rows.tolist())
+                        or slow_path(points, rows))
     for k in (2, 3):
         expected = dense_float64_neighbours(x, k)
         assert torch.allclose(neighbour_distances(x, k), expected, rtol=1e-12, atol=0)

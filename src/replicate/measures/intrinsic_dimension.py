@@ -42,8 +42,9 @@ def unique_points(x: torch.Tensor) -> torch.Tensor:
 
 
 # Candidates per point beyond the k wanted, found in float32 before the exact float64 re-ranking:
-# enough that the certificate in `neighbour_distances` almost never sends a row to the slow path.
-EXTRA_CANDIDATES = 4
+# enough that the certificate in `neighbour_distances` almost never sends a row to the dense path
+# (none of 2,000 on the bench's cloud or an isotropic one in 256 dimensions; 27 with one extra).
+EXTRA_CANDIDATES = 2
 # Columns per chunk when picking the smallest entries of a row (see `smallest_per_row`).
 ROW_CHUNK = 64
 UNIT_ROUNDOFF_FLOAT32 = 2.0 ** -24
@@ -62,6 +63,7 @@ def smallest_per_row(scores: torch.Tensor, m: int, chunk: int = ROW_CHUNK
     on the m chunks they pick. Ties may pick other columns of equal value, never other values.
     """
     rows, width = scores.shape
+    scores = scores.contiguous()  # the rows are cut into chunks by a view
     if width % chunk or m * chunk >= width // 2:  # too few chunks to gain anything
         return scores.topk(m, dim=1, largest=False)
     chunks = scores.view(rows, -1, chunk)
@@ -90,6 +92,31 @@ def float32_score_slack(norms: torch.Tensor, features: int) -> torch.Tensor:
     return 2 * (gamma + 2.01 * u) * (norms + norms.max()) ** 2
 
 
+def float32_candidates(rounded: torch.Tensor, squared_norms: torch.Tensor, n: int, m: int,
+                       block: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """The m smallest float32 scores |a_j|^2 - 2 a_i.a_j (j != i) of each of the n rows i of
+    `rounded`, and their columns j, `block` rows at a time; `squared_norms` = |a_j|^2. The
+    columns are padded to a multiple of ROW_CHUNK with zero points of infinite squared norm,
+    whose scores come out inf: `smallest_per_row` then needs no padded copy of each block.
+
+    Along row i the score is d_ij^2 - |a_i|^2, so it ranks the neighbours as the distances do,
+    and one fused `addmm` gives it. (Multiplying only the blocks on and above the diagonal of
+    the symmetric Gram matrix was measured slower on 2,000 points: the merging costs more than
+    the products it saves.)
+    """
+    values, columns = [], []
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        scores = torch.addmm(squared_norms.unsqueeze(0), rounded[start:stop], rounded.T,
+                             alpha=-2.0)
+        rows = torch.arange(stop - start)
+        scores[rows, rows + start] = float("inf")  # a point is not its own neighbour
+        smallest = smallest_per_row(scores, m)
+        values.append(smallest[0])
+        columns.append(smallest[1])
+    return torch.cat(values), torch.cat(columns)
+
+
 def neighbour_distances(x: torch.Tensor, k: int, block: int = 1024) -> torch.Tensor:
     """Distances from each distinct point of x to its k nearest other points, shape (n, k), sorted
     along each row; rows follow `unique_points(x)`.
@@ -98,12 +125,12 @@ def neighbour_distances(x: torch.Tensor, k: int, block: int = 1024) -> torch.Ten
     The distances are exact float64 norms |p_i - p_j|, so that close neighbours in a large cloud
     are not lost to rounding; but finding the neighbours needs all n^2 scores, and a float32
     matrix product computes those in half the time of a float64 one. So the float32 scores pick
-    k + EXTRA_CANDIDATES candidates per point, and the candidates are re-ranked by their exact
-    float64 distances. This is exact, not a heuristic: `float32_score_slack` bounds the float32
-    error, so any true k-th neighbour scores within twice the bound of the k-th candidate; when
-    the last candidate scores beyond that, all true neighbours are among the candidates. A row
-    where that is not proven (near-ties at the float32 resolution) is computed densely in
-    float64 instead.
+    k + EXTRA_CANDIDATES candidates per point (`float32_candidates`), and the candidates are
+    re-ranked by their exact float64 distances; both `block` rows at a time. This is exact, not a
+    heuristic: `float32_score_slack` bounds the float32 error, so any true k-th neighbour scores
+    within twice the bound of the k-th candidate; when the last candidate scores beyond that, all
+    true neighbours are among the candidates. A row where that is not proven (near-ties at the
+    float32 resolution) is computed densely in float64 instead (`dense_distances`).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -116,38 +143,34 @@ def neighbour_distances(x: torch.Tensor, k: int, block: int = 1024) -> torch.Ten
     # centre before rounding.
     centred = points - points.mean(dim=0)
     slack = float32_score_slack(centred.norm(dim=1), points.shape[1])
-    # Columns padded to a multiple of ROW_CHUNK with zero points of infinite norm, whose scores
-    # come out inf: `smallest_per_row` then needs no padded copy of each block of scores.
-    width = n + (-n % ROW_CHUNK)
+    width = n + (-n % ROW_CHUNK)  # columns padded: see `float32_candidates`
     rounded = torch.zeros(width, points.shape[1], dtype=torch.float32)
     rounded[:n] = centred
     squared_norms = torch.full((width,), float("inf"), dtype=torch.float32)
     squared_norms[:n] = (rounded[:n] * rounded[:n]).sum(dim=1)
     m = min(k + EXTRA_CANDIDATES, n - 1)
+    values, columns = float32_candidates(rounded, squared_norms, n, m, block)
+    # Every other point a candidate, or the true k nearest proven to be among the candidates.
+    proven = (values[:, -1] > values[:, k - 1] + 2 * slack) | (m == n - 1)
     out = []
     for start in range(0, n, block):
         stop = min(start + block, n)
-        # |a_j|^2 - 2 a_i.a_j = d_ij^2 - |a_i|^2: the same order along row i as the distances.
-        scores = torch.addmm(squared_norms.unsqueeze(0), rounded[start:stop], rounded.T,
-                             alpha=-2.0)
-        rows = torch.arange(stop - start)
-        scores[rows, rows + start] = float("inf")  # a point is not its own neighbour
-        values, columns = smallest_per_row(scores, m)
-        # Every other point a candidate, or the true k nearest proven to be among the candidates.
-        proven = (values[:, -1] > values[:, k - 1] + 2 * slack[start:stop]) | (m == n - 1)
-        candidates = points.index_select(0, columns.flatten()).view(stop - start, m, -1)
+        candidates = points.index_select(0, columns[start:stop].flatten()).view(stop - start, m, -1)
         exact = (candidates - points[start:stop].unsqueeze(1)).norm(dim=2)
-        nearest = exact.topk(k, dim=1, largest=False).values
-        for row in (~proven).nonzero().flatten().tolist():
-            nearest[row] = dense_row_distances(points, start + row).topk(k, largest=False).values
-        out.append(nearest)
-    return torch.cat(out)
+        out.append(exact.topk(k, dim=1, largest=False).values)
+    nearest = torch.cat(out)
+    unproven = (~proven).nonzero().flatten()
+    for start in range(0, len(unproven), block):  # in blocks: a dense row is n float64s
+        rows = unproven[start:start + block]
+        nearest[rows] = dense_distances(points, rows).topk(k, dim=1, largest=False).values
+    return nearest
 
 
-def dense_row_distances(points: torch.Tensor, i: int) -> torch.Tensor:
-    """|p_i - p_j| for every j, with inf at j = i: the slow, plainly exact path."""
-    distances = (points - points[i]).norm(dim=1)
-    distances[i] = float("inf")
+def dense_distances(points: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """|p_i - p_j| for each i in `rows` and every j, with inf at j = i: the slow, plainly exact
+    path (differences, not the matrix-product formula, which loses digits to cancellation)."""
+    distances = torch.cdist(points[rows], points, compute_mode="donot_use_mm_for_euclid_dist")
+    distances[torch.arange(len(rows)), rows] = float("inf")
     return distances
 
 
