@@ -140,6 +140,21 @@ def test_lanczos_tolerance_stop_on_a_network_hessian_matches_eigvalsh():
     assert res.lambda_min == pytest.approx(float(true[0]), rel=1e-5)
 
 
+def test_a_tolerance_on_the_largest_pair_alone_stops_before_the_smallest_has_converged():
+    # lambda_max far from the bulk converges fast; lambda_min at the edge of a dense bulk does not.
+    eig = torch.cat([torch.tensor([30.0]), torch.linspace(-1.0, 1.0, 399)])
+    a = quadratic_with_spectrum(eig, seed=3)
+    largest = ls.lanczos_extremes(lambda v: a @ v, 400, iterations=400, dtype=torch.float64,
+                                  tolerance=1e-8, which="largest")
+    both = ls.lanczos_extremes(lambda v: a @ v, 400, iterations=400, dtype=torch.float64,
+                               tolerance=1e-8)
+    assert largest.iterations < both.iterations
+    assert largest.residual_max < 1e-8 * largest.norm_estimate < largest.residual_min
+    assert largest.lambda_max == pytest.approx(30.0, rel=1e-8)
+    with pytest.raises(ValueError, match="which"):
+        ls.lanczos_extremes(lambda v: a @ v, 400, tolerance=1e-8, which="smallest")
+
+
 def test_a_tolerance_out_of_reach_stops_at_the_iteration_cap():
     # Evenly spaced eigenvalues: the extremes need many products; 10 are not enough for 1e-12.
     a = quadratic_with_spectrum(torch.linspace(-1.0, 1.0, 200))

@@ -120,10 +120,16 @@ def tridiagonal(diagonal: np.ndarray, off_diagonal: np.ndarray) -> np.ndarray:
     return np.diag(diagonal) + np.diag(off_diagonal, 1) + np.diag(off_diagonal, -1)
 
 
-def extremes_converged(alpha: np.ndarray, beta: np.ndarray, tolerance: float) -> bool:
-    """Whether both extreme Ritz pairs of the tridiagonal matrix with diagonal `alpha` (length k)
-    and off-diagonal beta[:k-1] have a relative residual below `tolerance`, beta[k-1] being the
-    norm of the next Lanczos vector before normalisation.
+# Which extreme Ritz pairs a Lanczos tolerance applies to: their columns in `eigh`'s ascending
+# order. "largest" suits a measure that reports lambda_max only (chapter 09, PyHessian's task).
+CONVERGED_PAIRS = {"both": [0, -1], "largest": [-1]}
+
+
+def extremes_converged(alpha: np.ndarray, beta: np.ndarray, tolerance: float,
+                       which: str = "both") -> bool:
+    """Whether the extreme Ritz pairs named by `which` (see CONVERGED_PAIRS) of the tridiagonal
+    matrix with diagonal `alpha` (length k) and off-diagonal beta[:k-1] have a relative residual
+    below `tolerance`, beta[k-1] being the norm of the next Lanczos vector before normalisation.
 
     With an orthonormal basis, the residual of the Ritz pair (theta, Q s) is exactly
     |beta_k * s_k| (s_k: the last component of s), so it costs no product: only the eigenvectors
@@ -132,13 +138,13 @@ def extremes_converged(alpha: np.ndarray, beta: np.ndarray, tolerance: float) ->
     """
     ritz, vectors = np.linalg.eigh(tridiagonal(alpha, beta[:len(alpha) - 1]))
     scale = max(float(np.max(np.abs(ritz))), 1e-30)
-    residuals = abs(beta[len(alpha) - 1]) * np.abs(vectors[-1, [0, -1]])
+    residuals = abs(beta[len(alpha) - 1]) * np.abs(vectors[-1, CONVERGED_PAIRS[which]])
     return bool(np.all(residuals < tolerance * scale))
 
 
 def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, iterations: int = 80,
                      seed: int = 0, dtype: torch.dtype = torch.float32,
-                     tolerance: float | None = None) -> LanczosResult:
+                     tolerance: float | None = None, which: str = "both") -> LanczosResult:
     """Extreme eigenvalues of a symmetric operator by Lanczos with full reorthogonalisation.
 
     The extreme Ritz values bound the spectrum from inside (λ_min ≤ ritz_min, ritz_max ≤ λ_max)
@@ -151,9 +157,13 @@ def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, i
     `tolerance=None` runs exactly `iterations` products (fewer only on an invariant subspace).
     A number stops as soon as both extreme Ritz pairs have a relative residual (over the largest
     |Ritz value|) below it, read off the tridiagonal matrix at no cost in products (see
-    `extremes_converged`); `iterations` is then the cap. A small residual says the Ritz value
-    lies that close to an eigenvalue, not that no eigenvalue lies beyond it.
+    `extremes_converged`); `iterations` is then the cap. `which="largest"` asks that of the
+    largest pair only, for a caller that reports lambda_max alone (both residuals are still
+    reported). A small residual says the Ritz value lies that close to an eigenvalue, not that no
+    eigenvalue lies beyond it.
     """
+    if which not in CONVERGED_PAIRS:
+        raise ValueError(f"which must be one of {', '.join(CONVERGED_PAIRS)}, got {which!r}")
     m = min(iterations, dim)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(dim, generator=gen, dtype=torch.float64)
@@ -173,7 +183,8 @@ def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, i
             k = j + 1
             break
         beta[j] = b
-        if tolerance is not None and extremes_converged(alpha[:j + 1], beta[:j + 1], tolerance):
+        if tolerance is not None and extremes_converged(alpha[:j + 1], beta[:j + 1], tolerance,
+                                                        which):
             k = j + 1
             break
         q = w / b
@@ -188,14 +199,14 @@ def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, i
 
 
 def hessian_extremes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, at: torch.Tensor | None = None,
-                     iterations: int = 80, seed: int = 0,
-                     tolerance: float | None = None) -> LanczosResult:
+                     iterations: int = 80, seed: int = 0, tolerance: float | None = None,
+                     which: str = "both") -> LanczosResult:
     """λ_max and λ_min of the full-batch loss Hessian at the flat weights `at` (Lanczos on HVPs;
-    `tolerance` as in `lanczos_extremes`)."""
+    `tolerance` and `which` as in `lanczos_extremes`)."""
     hvp = hvp_operator(model, x, y, at)
     dim = sum(p.numel() for p in model.parameters())
     dtype = next(model.parameters()).dtype
-    return lanczos_extremes(hvp, dim, iterations, seed, dtype, tolerance)
+    return lanczos_extremes(hvp, dim, iterations, seed, dtype, tolerance, which)
 
 
 # --- gradient norm and cosine of consecutive weights ------------------------------------------
