@@ -162,3 +162,14 @@ def test_the_page_shows_the_chapters_current_times(tmp_path):
     rows = scoreboard.with_current_chapters(record, tmp_path)["rows"]
     assert [r["figure"] for r in rows][:2] == ["first figure", "chapter 07_optimizers at preset cpu"]
     assert rows[1]["ours"] == 1.0  # the chapter's time now, not the 9 min stored with the benchmarks
+
+
+def test_pyhessian_at_matched_accuracy_gets_the_loosest_tolerance_that_lands_close_enough(
+        monkeypatch):
+    # A fake power iteration whose error is ten times its stopping tolerance.
+    monkeypatch.setattr(peers, "pyhessian_top_eigenvalue",
+                        lambda pyhessian, model, x, y, tol, max_iter: 2.0 * (1 + 10 * tol))
+    assert bench.loosest_pyhessian_tol(None, None, None, None, reference=2.0,
+                                       accuracy=1e-3) == 1e-4
+    assert bench.loosest_pyhessian_tol(None, None, None, None, reference=2.0,
+                                       accuracy=1e-6) is None

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from replicate.measures import intrinsic_dimension
 from replicate.measures.intrinsic_dimension import (fit_power_law, layer_dimensions, mle_dimension, mle_local,
-                                           neighbour_distances, twonn_dimension)
+                                           neighbour_distances, smallest_per_row, twonn_dimension)
 
 
 def _rotation(dim: int, gen: torch.Generator) -> torch.Tensor:
@@ -98,6 +99,58 @@ def test_duplicates_are_collapsed_not_divided_by_zero():
         assert math.isfinite(estimate(doubled))
         assert estimate(doubled) == pytest.approx(estimate(x), rel=1e-12)
     assert neighbour_distances(doubled, 2).min() > 0
+
+
+def dense_float64_neighbours(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k smallest distances from each distinct point to the others, by a dense float64
+    matrix of |p_i - p_j| (no matrix-product shortcut): the reference for the fast path."""
+    points = torch.unique(x, dim=0).double()
+    distances = torch.cdist(points, points, compute_mode="donot_use_mm_for_euclid_dist")
+    distances.fill_diagonal_(float("inf"))
+    return distances.topk(k, dim=1, largest=False).values
+
+
+def lattice_with_near_ties(seed: int = 0) -> torch.Tensor:
+    """A 4-D integer lattice rotated into R^32, each point moved by ~1e-7: every interior point
+    has 8 neighbours at distance 1 that float32 cannot tell apart (its scores err by ~1e-5 here)
+    but float64 can, more than the k + EXTRA_CANDIDATES = 4 candidates the fast path keeps."""
+    gen = torch.Generator().manual_seed(seed)
+    grid = torch.cartesian_prod(*[torch.arange(6, dtype=torch.float64)] * 4)
+    jitter = 1e-7 * torch.randn(grid.shape, generator=gen, dtype=torch.float64)
+    return (grid + jitter) @ _rotation(32, gen)[:4]
+
+
+def test_twonn_fast_neighbours_match_dense_float64_on_near_ties(monkeypatch):
+    x = lattice_with_near_ties()
+    dense_rows = []
+    slow_path = intrinsic_dimension.dense_distances
+    monkeypatch.setattr(intrinsic_dimension, "dense_distances",
+                        lambda points, rows: dense_rows.extend(rows.tolist())
+                        or slow_path(points, rows))
+    for k in (2, 3):
+        expected = dense_float64_neighbours(x, k)
+        assert torch.allclose(neighbour_distances(x, k), expected, rtol=1e-12, atol=0)
+    # The near-ties defeat the float32 candidates on some rows, which the certificate caught.
+    assert dense_rows
+    # The ties are broken in float64 (which neighbour comes first matters), by ~1e-7 relative.
+    ratios = expected[:, 1] / expected[:, 0]
+    assert (ratios > 1).all() and ratios.max() < 1.01
+
+
+def test_fast_neighbours_match_dense_float64_on_a_wide_cloud_far_from_the_origin():
+    # Far from the origin: the float32 error grows with the norms, which the centring keeps small.
+    x = gaussian_on_subspace(1500, 6, 40, seed=3) + 1e4
+    assert torch.allclose(neighbour_distances(x, 3), dense_float64_neighbours(x, 3), rtol=1e-12,
+                          atol=0)
+
+
+def test_smallest_per_row_gives_the_values_of_topk_even_with_ties():
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 40, (50, 1024), generator=gen).float()  # many ties
+    for m in (1, 3, 6):
+        values, columns = smallest_per_row(scores, m, chunk=32)
+        assert torch.equal(values, scores.topk(m, dim=1, largest=False).values)
+        assert torch.equal(scores.gather(1, columns), values)  # the columns hold those values
 
 
 def test_float32_input_gives_the_float64_answer():

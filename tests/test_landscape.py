@@ -79,6 +79,90 @@ def test_lanczos_stops_early_on_a_small_invariant_subspace():
     assert res.lambda_max == pytest.approx(7.0) and res.iterations <= 3
 
 
+def quadratic_with_spectrum(eigenvalues: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """A dense symmetric matrix with these eigenvalues, in a random orthonormal basis."""
+    gen = torch.Generator().manual_seed(seed)
+    dim = len(eigenvalues)
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
+    return q @ torch.diag(eigenvalues.double()) @ q.T
+
+
+def two_pass_lanczos_ritz_values(a: torch.Tensor, iterations: int, seed: int = 0) -> np.ndarray:
+    """Ritz values of plain Lanczos with two full Gram-Schmidt passes every step (what
+    `lanczos_extremes` did before its one-pass reorthogonalisation): the reference."""
+    dim = a.shape[0]
+    q = torch.randn(dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    basis, alpha, beta = [q / q.norm()], [], []
+    for j in range(iterations):
+        w = a @ basis[-1]
+        alpha.append(float(w @ basis[-1]))
+        stacked = torch.stack(basis)
+        for _ in range(2):
+            w -= stacked.T @ (stacked @ w)
+        if j < iterations - 1:
+            beta.append(float(w.norm()))
+            basis.append(w / beta[-1])
+    return np.linalg.eigvalsh(ls.tridiagonal(np.array(alpha), np.array(beta)))
+
+
+def test_one_reorthogonalisation_pass_gives_the_ritz_values_of_two():
+    eig = torch.cat([torch.tensor([40.0, -8.0]), torch.linspace(-1.0, 3.0, 298)])
+    a = quadratic_with_spectrum(eig, seed=2)
+    res = ls.lanczos_extremes(lambda v: a @ v, 300, iterations=60, dtype=torch.float64)
+    assert np.allclose(res.ritz_values, two_pass_lanczos_ritz_values(a, 60), rtol=0, atol=1e-10)
+
+
+def test_lanczos_with_a_tolerance_stops_early_on_an_easy_spectrum_and_matches_eigvalsh():
+    # Two extremes far from a bulk: both converge in a few dozen products out of 400.
+    eig = torch.cat([torch.tensor([30.0, -12.0]), torch.linspace(-1.0, 1.0, 398)])
+    a = quadratic_with_spectrum(eig)
+    tolerance = 1e-8
+    res = ls.lanczos_extremes(lambda v: a @ v, 400, iterations=400, dtype=torch.float64,
+                              tolerance=tolerance)
+    assert res.iterations < 60
+    true = torch.linalg.eigvalsh(a)
+    assert res.lambda_max == pytest.approx(float(true[-1]), rel=1e-8)
+    assert res.lambda_min == pytest.approx(float(true[0]), rel=1e-8)
+    # The residuals measured with an extra product each confirm the stop read off T.
+    assert max(res.residual_max, res.residual_min) < tolerance * res.norm_estimate
+    # Without a tolerance the same call runs all its iterations.
+    assert ls.lanczos_extremes(lambda v: a @ v, 400, iterations=80,
+                               dtype=torch.float64).iterations == 80
+
+
+def test_lanczos_tolerance_stop_on_a_network_hessian_matches_eigvalsh():
+    net, (x, y) = tiny_net(), tiny_data()
+    true = torch.linalg.eigvalsh(ls.dense_hessian(net, x, y))
+    tolerance = 1e-6
+    res = ls.hessian_extremes(net, x, y, iterations=44, tolerance=tolerance)
+    assert res.relative_residual < tolerance
+    assert res.lambda_max == pytest.approx(float(true[-1]), rel=1e-5)
+    assert res.lambda_min == pytest.approx(float(true[0]), rel=1e-5)
+
+
+def test_a_tolerance_on_the_largest_pair_alone_stops_before_the_smallest_has_converged():
+    # lambda_max far from the bulk converges fast; lambda_min at the edge of a dense bulk does not.
+    eig = torch.cat([torch.tensor([30.0]), torch.linspace(-1.0, 1.0, 399)])
+    a = quadratic_with_spectrum(eig, seed=3)
+    largest = ls.lanczos_extremes(lambda v: a @ v, 400, iterations=400, dtype=torch.float64,
+                                  tolerance=1e-8, which="largest")
+    both = ls.lanczos_extremes(lambda v: a @ v, 400, iterations=400, dtype=torch.float64,
+                               tolerance=1e-8)
+    assert largest.iterations < both.iterations
+    assert largest.residual_max < 1e-8 * largest.norm_estimate < largest.residual_min
+    assert largest.lambda_max == pytest.approx(30.0, rel=1e-8)
+    with pytest.raises(ValueError, match="which"):
+        ls.lanczos_extremes(lambda v: a @ v, 400, tolerance=1e-8, which="smallest")
+
+
+def test_a_tolerance_out_of_reach_stops_at_the_iteration_cap():
+    # Evenly spaced eigenvalues: the extremes need many products; 10 are not enough for 1e-12.
+    a = quadratic_with_spectrum(torch.linspace(-1.0, 1.0, 200))
+    res = ls.lanczos_extremes(lambda v: a @ v, 200, iterations=10, dtype=torch.float64,
+                              tolerance=1e-12)
+    assert res.iterations == 10 and res.relative_residual > 1e-12
+
+
 def test_gradient_norm_of_a_linear_model_matches_the_closed_form():
     # Mean squared error of w·x: gradient = (2/n) Xᵀ(Xw − y).
     gen = torch.Generator().manual_seed(0)

@@ -61,9 +61,11 @@ def skdim_twonn(skdim: ModuleType, points, discard_fraction: float = 0.1) -> flo
 
 
 def pyhessian_top_eigenvalue(pyhessian: ModuleType, model: nn.Module, x: torch.Tensor,
-                             y: torch.Tensor, seed: int = 0) -> float:
+                             y: torch.Tensor, seed: int = 0, tol: float = 1e-3,
+                             max_iter: int = 100) -> float:
     """PyHessian's largest-magnitude eigenvalue of the full-batch cross-entropy Hessian, by its
-    power iteration at its defaults (maxIter 100, tol 1e-3), on the CPU."""
+    power iteration (its defaults: maxIter 100, tol 1e-3, the relative change between two
+    successive estimates at which it stops), on the CPU."""
     torch.manual_seed(seed)  # its start vector comes from the global generator
     # PyHessian differentiates the gradient that `backward` leaves in `.grad`: that must start
     # empty (a second call would add to the first), and is freed afterwards.
@@ -73,19 +75,19 @@ def pyhessian_top_eigenvalue(pyhessian: ModuleType, model: nn.Module, x: torch.T
         # zero_grad below breaks.
         warnings.simplefilter("ignore", UserWarning)
         top, _ = pyhessian.hessian(model, nn.CrossEntropyLoss(), data=(x, y),
-                                   cuda=False).eigenvalues(maxIter=100, tol=1e-3, top_n=1)
+                                   cuda=False).eigenvalues(maxIter=max_iter, tol=tol, top_n=1)
     model.zero_grad(set_to_none=True)
     return float(top[0])
 
 
 def pyhessian_products(pyhessian: ModuleType, model: nn.Module, x: torch.Tensor,
-                       y: torch.Tensor) -> int:
+                       y: torch.Tensor, tol: float = 1e-3, max_iter: int = 100) -> int:
     """How many Hessian-vector products PyHessian's power iteration took before its tolerance
     stopped it (one untimed run, counting calls to its product function)."""
     module = importlib.import_module("pyhessian.hessian")  # the module, not the class of that name
     with mock.patch.object(module, "hessian_vector_product",
                            wraps=module.hessian_vector_product) as counted:
-        pyhessian_top_eigenvalue(pyhessian, model, x, y)
+        pyhessian_top_eigenvalue(pyhessian, model, x, y, tol=tol, max_iter=max_iter)
     return counted.call_count
 
 
