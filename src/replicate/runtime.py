@@ -249,6 +249,11 @@ def costed(name: str) -> Callable:
     return wrap
 
 
+def cost_snapshot() -> dict[str, float]:
+    """COST as it stands now, to pass to `cost_since` later."""
+    return dict(COST)
+
+
 def cost_since(start: dict[str, float], total: float) -> dict[str, float]:
     """The phases' seconds since the snapshot `start` of COST, largest first, with the rest of
     `total` (notebook code outside every phase: tables, drawing, small computations) as

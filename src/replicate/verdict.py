@@ -27,8 +27,8 @@ from typing import Any
 
 from . import training
 from .config import RunSpec, counted, format_value, get_chapter
-from .runtime import (COST, atomic_write, cost_since, describe_device, display_path, provenance,
-                      results_dir, seed_everything)
+from .runtime import (atomic_write, cost_since, cost_snapshot, describe_device, display_path,
+                      provenance, results_dir, seed_everything)
 
 RESULTS_SHOWN_ENV = "REPLICATE_RESULTS_SHOWN"  # set by `run`: where the verdict went ("": the book)
 WIDTH = 96  # printed lines fit the book's text column
@@ -131,7 +131,7 @@ class ChapterRun:
         # The run cache's tally is per process: this execution's part of it goes in the record,
         # since a recorded duration means little without it.
         self._cache_at_start = dict(training.CACHE_STATS)
-        self._cost_at_start = dict(COST)
+        self._cost_at_start = cost_snapshot()
         self.started = time.perf_counter()
         seed_everything(self.seed)
 

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
 
+from ..runtime import costed
+
 # Facco et al. discard the top 10% of the ratios mu.
 TWONN_DISCARD = 0.1
 
@@ -184,6 +186,7 @@ def mle_local(x: torch.Tensor, k: int = 2) -> torch.Tensor:
     return 1.0 / log_ratios.mean(dim=1)
 
 
+@costed("intrinsic dimension (MLE)")
 def mle_dimension(x: torch.Tensor, k: int = 2, pooling: str = "inverse") -> float:
     """Global MLE of the intrinsic dimension of the rows of x.
 
@@ -198,6 +201,7 @@ def mle_dimension(x: torch.Tensor, k: int = 2, pooling: str = "inverse") -> floa
     raise ValueError(f"pooling must be 'inverse' or 'mean', got {pooling!r}")
 
 
+@costed("intrinsic dimension (TwoNN)")
 def twonn_dimension(x: torch.Tensor, discard_fraction: float = TWONN_DISCARD) -> float:
     """TwoNN estimate of the intrinsic dimension of the rows of x (Facco et al. 2017)."""
     if not 0 <= discard_fraction < 1:

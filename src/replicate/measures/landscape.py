@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from ..runtime import costed
+
 
 # --- flat parameter vectors -------------------------------------------------------------------
 
@@ -142,6 +144,7 @@ def extremes_converged(alpha: np.ndarray, beta: np.ndarray, tolerance: float,
     return bool(np.all(residuals < tolerance * scale))
 
 
+@costed("Hessian extremes (Lanczos)")
 def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, iterations: int = 80,
                      seed: int = 0, dtype: torch.dtype = torch.float32,
                      tolerance: float | None = None, which: str = "both") -> LanczosResult:
@@ -198,6 +201,7 @@ def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, i
     return LanczosResult(float(ritz[-1]), float(ritz[0]), ritz, k, residuals[0], residuals[1])
 
 
+@costed("Hessian extremes (Lanczos)")
 def hessian_extremes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, at: torch.Tensor | None = None,
                      iterations: int = 80, seed: int = 0, tolerance: float | None = None,
                      which: str = "both") -> LanczosResult:
