@@ -187,3 +187,23 @@ def test_data_capacity_and_readability_fail_before_the_kernel(tmp_path, monkeypa
     monkeypatch.setenv("REPLICATE_DATA_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="t10k-images-idx3-ubyte.gz"):
         check_ready(RunSpec.make("01_delayed_robustness", "smoke"))
+
+
+def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():
+    """A chapter.yaml `caps` block records how a cpu budget was set: the crossing step of each
+    seed, per value of `by`, and the margin over the slowest. The preset must keep to it."""
+    recorded = 0
+    for name, chapter in presets.chapters().items():
+        caps = chapter.get("caps")
+        if not caps:
+            continue
+        recorded += 1
+        cpu = RunSpec.make(name, "cpu").params
+        assert len(set(caps["seeds"])) >= 5, f"{name}: a cap needs at least 5 seeds"
+        for value, budget in zip(cpu[caps["by"]], cpu[caps["parameter"]]):
+            crossings = caps["crossings"][value]
+            assert len(crossings) == len(caps["seeds"]) and None not in crossings, (name, value)
+            assert budget >= caps["margin"] * max(crossings), (
+                f"{name}: {caps['parameter']} {budget} at {caps['by']} {value} is below "
+                f"{caps['margin']} x the slowest seed's {max(crossings)}")
+    assert recorded, "no chapter records how its caps were set"

@@ -80,10 +80,10 @@ def test_an_interval_beside_the_papers_number_reads_consistent_below_or_above():
 
 def test_an_inconclusive_check_reads_inconclusive_with_its_reason_and_still_counts_as_not_passed(
         capsys):
-    from replicate.verdict import inconclusive_count, not_grokked_within, word
+    from replicate.verdict import inconclusive_count, word
 
     untested = claim("t4 decreases with r", False, {"40%": None}, "decreasing", inconclusive=True,
-                     diagnosis=not_grokked_within(6000, "r = 0.4"))
+                     diagnosis="did not grok within 6,000 steps (r = 0.4)")
     run = _run()
     assert run.verdict([claim("a", True, 1, 1), untested]) is False
     out = capsys.readouterr().out

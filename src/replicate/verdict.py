@@ -57,11 +57,6 @@ def claim(name: str, passed: bool, ours: Any, paper: Any, inconclusive: bool = F
                  diagnosis)
 
 
-def not_grokked_within(cap: int, what: str = "") -> str:
-    """The diagnosis of a run stopped by its step cap before it grokked, in the book's words."""
-    return f"did not grok within {cap:,} steps" + (f" ({what})" if what else "")
-
-
 def report(name: str, ours: Any, paper: Any) -> Check:
     return Check(name, "report", None, _plain(ours), _plain(paper))
 
