@@ -105,5 +105,5 @@ def test_the_benchmarks_page_shows_each_chapters_phases_and_slowest_cells(tmp_pa
                   {"cell": 4, "first line": "a | b", "s": 33.0}]}}
     (tmp_path / "results" / "07_optimizers.json").write_text(json.dumps(record))
     text = scoreboard.cost_section(tmp_path / "results", tmp_path / "claims")
-    assert ("| 07_optimizers | 42 s | training steps 30 s; other 12 s | cell 4 (`a / b`) 33 s "
-            "| 2.5 s |") in text
+    assert ("- **07_optimizers**, 42 s. Phases: training steps 30 s; other 12 s. Slowest cells: "
+            "cell 4 (`a | b`) 33 s. Kernel start and shutdown: 2.5 s.") in text

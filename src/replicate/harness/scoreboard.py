@@ -341,21 +341,23 @@ def cost_section(results_dir: Path, claims_dir: Path) -> str:
     def seconds(value: float) -> str:
         return f"{value:,.0f} s" if value >= 10 else f"{value:.1f} s"
 
-    rows = []
+    def short(line: str, most: int = 36) -> str:  # code does not wrap: keep it within a phone
+        return line if len(line) <= most else line[:most - 1].rstrip() + "…"
+
+    items = []  # a list, not a table: the cells' first lines would widen a table past a phone
     for record in load_results(results_dir):
         cells = record.get("notebook_s") or notebook_costs(claims_dir / f"{record['chapter']}.ipynb")
         phases = "; ".join(f"{name} {seconds(v)}" for name, v in (record.get("cost_s") or {})
                            .items()) or "not timed at this run"
-        slowest = "; ".join(f"cell {c['cell']} (`{c['first line'].replace('|', '/')}`) "
-                            f"{seconds(c['s'])}" for c in (cells.get("slowest cells") or [])[:3])
+        slowest = "; ".join(f"cell {c['cell']} (`{short(c['first line'])}`) {seconds(c['s'])}"
+                            for c in (cells.get("slowest cells") or [])[:3])
         start = cells.get("kernel start and shutdown")
-        rows.append(f"| {record['chapter']} | {seconds(record['duration_s'])} | {phases} | "
-                    f"{slowest or '—'} | {'—' if start is None else seconds(start)} |")
-    if not rows:
+        items.append(f"- **{record['chapter']}**, {seconds(record['duration_s'])}. Phases: "
+                     f"{phases}. Slowest cells: {slowest or 'none recorded'}."
+                     + ("" if start is None else f" Kernel start and shutdown: {seconds(start)}."))
+    if not items:
         return ""
-    return "\n".join(["", TEXTS["benchmarks_costs"], "",
-                      "| Chapter | Run | Phases | Slowest cells | Kernel start and shutdown |",
-                      "|---|---|---|---|---|", *rows]) + "\n"
+    return "\n".join(["", TEXTS["benchmarks_costs"], "", *items]) + "\n"
 
 
 def render_page(record: dict) -> str:
