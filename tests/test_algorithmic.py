@@ -57,3 +57,20 @@ def test_train_modular_runs_with_either_model():
     for kind in ("mlp", "transformer"):
         run = train_modular(data, 20, model_kind=kind, embed_dim=8, hidden=16, lr=1e-2)
         assert run.loss.shape == (20,) and run.loss[-1] < run.loss[0]
+
+
+def test_the_modular_mlp_forward_is_its_layers_applied_to_the_embeddings():
+    """The factorised forward (two p x hidden tables instead of a product per pair) against the
+    layers applied one after another, in float64 so that only rounding could separate them, and
+    its gradient against the layered one's."""
+    from replicate.models import ModularMLP
+    torch.manual_seed(3)
+    model = ModularMLP(13, embed_dim=7, hidden=11).double()
+    pairs = torch.randint(0, 13, (50, 2))
+    e = torch.cat([model.embed.weight[pairs[:, 0]], model.embed.weight[pairs[:, 1]]], dim=1)
+    layered = model.out(torch.relu(e @ model.hidden.weight.T + model.hidden.bias))
+    fast = model(pairs)
+    assert torch.allclose(fast, layered, rtol=1e-12, atol=1e-12)
+    grads = [torch.autograd.grad(out.square().sum(), list(model.parameters())) for out in (fast, layered)]
+    for g_fast, g_layered in zip(*grads):
+        assert torch.allclose(g_fast, g_layered, rtol=1e-10, atol=1e-12)
