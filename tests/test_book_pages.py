@@ -186,7 +186,8 @@ def test_across_seeds_shows_k_of_n_failing_seeds_and_the_spread():
 
 
 def test_across_seeds_says_when_the_seed_changes_nothing_and_names_unmatched_checks():
-    same = dict(SEEDS, values=[dict(SEEDS["values"][0], sd=0.0, ci95=[0.02, 0.02])],
+    same = dict(SEEDS, values=[dict(SEEDS["values"][0], sd=0.0, ci95=[0.02, 0.02],
+                                     per_seed={"0": 0.02, "1": 0.02, "2": 0.02 + 1e-12})],
                 unmatched=[{"name": "lr 0.3 check", "seeds": [0, 2]}],
                 failed=[{"seed": 4, "overrides": {}, "error": "cell 3 failed"}])
     text = book_pages.across_seeds_section(RECORD, same)
@@ -231,7 +232,8 @@ def test_across_seeds_shows_step_counts_as_integers_and_float_noise_as_exact():
                  per_seed={"0": 24000.0, "1": 26000.0, "2": 24150.0})
     text = _row(book_pages.across_seeds_section(RECORD, _seeds_with([steps])), "adam reaches it")
     assert "24717 ± 1203" in text and "[21727, 27706]" in text and "e+0" not in text
-    noise = dict(SEEDS["values"][0], mean=0.00748, sd=9.7e-19, ci95=[0.00748, 0.00748])
+    noise = dict(SEEDS["values"][0], mean=0.00748, sd=9.7e-19, ci95=[0.00748, 0.00748],
+                 per_seed={"0": 0.00748, "1": 0.00748 + 1e-18, "2": 0.00748})
     text = _row(book_pages.across_seeds_section(RECORD, _seeds_with([noise])), "adam reaches it")
     assert "0.00748 ± 0 (identical in every seed)" in text and "e-19" not in text
 

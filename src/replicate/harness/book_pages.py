@@ -12,6 +12,7 @@ import yaml
 from ..config import chapters, format_value, label
 from ..runtime import atomic_write
 from ..verdict import inconclusive_count
+from .seeds import same_in_every_seed
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
 BOX_TAG, SEEDS_TAG, RUN_TAG = "verdict-box", "across-seeds", "run-yourself"
@@ -83,13 +84,11 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None) -> s
     return "\n".join(lines)
 
 
-NOISE = 1e-9  # a spread below this fraction of the mean is float rounding, not the seed
-
-
 def exact_across_seeds(value: dict) -> bool:
-    """Whether a number came out the same in every seed: its spread is zero or rounding noise
-    (below `NOISE` of the mean, e.g. 9.7e-19 around 0.00748)."""
-    return value["sd"] is not None and abs(value["sd"]) <= NOISE * abs(value["mean"])
+    """Whether a number came out the same in every seed (up to float rounding, as
+    `seeds.same_in_every_seed` decides, e.g. a spread of 9.7e-19 around 0.00748)."""
+    per_seed = list((value.get("per_seed") or {}).values())
+    return bool(per_seed) and same_in_every_seed(per_seed)
 
 
 def seeds_number(x: float, whole: bool, digits: int = 3) -> str:
