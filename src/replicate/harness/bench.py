@@ -180,6 +180,36 @@ def training_loop() -> list[dict]:
 
 
 @benchmark
+def modular_step() -> list[dict]:
+    """A full-batch AdamW step of the modular MLP (p = 47, r = 0.7: chapter 08's runs; 05, 06 and
+    09 train the same model) with the forward the chapters use, which builds two p x hidden
+    tables instead of forming each pair's embedding, against the layered forward of the same
+    model (`representations`: embeddings formed, then each layer; the chapters' forward until
+    2026-12-02), taking turns on one model; each call is 20 steps and the validation accuracy."""
+    from ..experiments.algorithmic import modular_arithmetic
+    from ..models import ModularMLP
+    data = modular_arithmetic(47, "+", 0.7, seed=0)
+    torch.manual_seed(0)
+    model, steps = ModularMLP(47), 20
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1.0)
+
+    def train(forward: Callable) -> float:
+        for _ in range(steps):
+            loss = torch.nn.functional.cross_entropy(forward(data.train_x), data.train_y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                accuracy = (forward(data.val_x).argmax(1) == data.val_y).float().mean().item()
+        return accuracy
+    load = load_average()
+    timed = side_by_side(lambda: train(model), lambda: train(lambda x: model.representations(x)["logits"]))
+    return [peer_row(f"modular MLP training step (p = 47, {len(data.train_y)} pairs, full batch)",
+                     SideBySide(timed.ours.per(steps), timed.peer.per(steps), None), "the layered forward",
+                     load, scale=1e3, unit="ms")]
+
+
+@benchmark
 def local_complexity() -> list[dict]:
     """LC of 1,000 MNIST points, P = 25 (50 vertices), r = 0.05, on the 4x200 MLP, all layers."""
     from ..measures.local_complexity import local_complexity as lc
