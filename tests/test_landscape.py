@@ -1,5 +1,6 @@
 """The landscape measures against answers known independently: dense Hessians and eigvalsh,
 closed-form quadratics, planted trajectories and planted spikes."""
+import math
 import numpy as np
 import pytest
 import torch
@@ -312,3 +313,26 @@ def test_slingshot_hessians_carry_their_lanczos_residuals():
         short["residual_min"] / max(abs(short["lambda_max"]), abs(short["lambda_min"])))
     assert order_of_magnitude(2e-4) == "<= 1e-03" and order_of_magnitude(0.05) == "<= 1e-01"
     assert order_of_magnitude(1e-3) == "<= 1e-03"
+
+
+def test_a_slingshot_run_with_patience_stops_at_that_share_of_t4_again_or_at_its_cap(monkeypatch):
+    from replicate.experiments import slingshot as sl
+    data = modular_arithmetic(7, "+", 0.5, seed=0)
+    args = (0, 1e-2, 0.0, (0.9, 0.98), 8, 16, 10, [-2], [3])
+    full = slingshot_run(data, 60, *args, ls.SpikeDetector(factor=1e9))
+    # a level that the full run reaches early, standing in for 0.99 on this tiny task
+    level = float(full.run.val_acc[:20].max())
+    t4 = int(np.flatnonzero(full.run.val_acc >= level)[0]) + 1
+    assert 0 < level and t4 <= 20
+    monkeypatch.setattr(sl, "GROKKED", level)
+    stopped = slingshot_run(data, 60, *args, ls.SpikeDetector(factor=1e9), patience=0.5)
+    end = math.ceil(1.5 * t4)
+    assert len(stopped.run.loss) == len(stopped.cos_prev) == end
+    # the same run as the full one, cut at its end
+    np.testing.assert_array_equal(stopped.run.loss, full.run.loss[:end])
+    np.testing.assert_array_equal(stopped.cos_prev[1:], full.cos_prev[1:end])
+    assert max(stopped.snapshots) <= end and set(stopped.snapshots) <= set(full.snapshots)
+    # never reached: the run goes on to its cap
+    monkeypatch.setattr(sl, "GROKKED", 2.0)
+    capped = slingshot_run(data, 60, *args, ls.SpikeDetector(factor=1e9), patience=0.5)
+    assert len(capped.run.loss) == 60

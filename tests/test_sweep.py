@@ -474,6 +474,19 @@ def test_chapters_run_longest_first_by_their_last_published_time(tmp_path):
     assert order == ["09_progress_measures", "04_grokalign_speedup", "07_optimizers"]
 
 
+def test_a_chapter_that_reuses_anothers_runs_starts_only_once_that_one_has_finished():
+    first, second, other = (RunSpec.make(c, "smoke") for c in
+                            ("01_delayed_robustness", "02_region_migration", "07_optimizers"))
+    assert presets.get_chapter("02_region_migration").get("runs_after") == first.chapter
+    # 02 is first in the queue but waits while 01 is queued or running; 07 goes ahead
+    assert sweep.next_ready([second, first, other], []) == 1
+    assert sweep.next_ready([second, other], [first]) == 1
+    assert sweep.next_ready([second], [first]) is None  # a free lane stays free
+    assert sweep.next_ready([second, other], [other]) == 0  # 01 has finished
+    # run without 01 (not in this batch): nothing to wait for
+    assert sweep.next_ready([second], []) == 0
+
+
 def test_without_ray_the_chapters_still_run_one_after_another(tmp_path, monkeypatch, capsys):
     from replicate.harness import cli as command_line
 

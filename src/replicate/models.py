@@ -70,8 +70,8 @@ class ModularMLP(nn.Module):
         concatenated embedding [E[a], E[b]], so its pre-activation is A[a] + B[b] + bias with
         A = E W_a^T and B = E W_b^T, two p x hidden tables (W_a, W_b: the halves of the hidden
         weight). Building the tables costs 2p products of length embed_dim instead of one per
-        pair and operand: about three times faster a training step at p = 47 on a CPU. The same
-        function as `representations(pairs)["logits"]`, up to float rounding."""
+        pair and operand: a training step about twice as fast at p = 47 on one CPU thread.
+        The same function as `representations(pairs)["logits"]`, up to float rounding."""
         embed, weight = self.embed.weight, self.hidden.weight
         half = embed.shape[1]
         first = embed @ weight[:, :half].T

@@ -73,18 +73,26 @@ class SlingshotRun:
     grid_steps: list[int] = field(default_factory=list)
 
 
-def slingshot_run(data: AlgorithmicData, steps: int, seed: int, lr: float, weight_decay: float,
+GROKKED = 0.99  # validation accuracy at which a run counts as generalised (t4)
+
+
+def slingshot_run(data: AlgorithmicData, cap: int, seed: int, lr: float, weight_decay: float,
                   betas: tuple[float, float], embed_dim: int, hidden: int, snapshot_every: int,
                   spike_before: list[int], spike_after: list[int], detector: SpikeDetector,
-                  model_kind: str = "mlp") -> SlingshotRun:
+                  model_kind: str = "mlp", patience: float | None = None) -> SlingshotRun:
+    """The recorded run. With `patience`, it stops at step ceil((1 + patience) t4), t4 being the
+    first step with validation accuracy >= GROKKED, or at `cap` if that comes first; without,
+    it trains for `cap` steps."""
     recorder = TrajectoryRecorder(data, snapshot_every, spike_before, spike_after, detector)
-    run = train_modular(data, steps, seed=seed, lr=lr, weight_decay=weight_decay, betas=betas,
+    run = train_modular(data, cap, seed=seed, lr=lr, weight_decay=weight_decay, betas=betas,
                         embed_dim=embed_dim, hidden=hidden, model_kind=model_kind,
-                        measure_steps=range(0, steps + 1),
-                        measure=recorder, desc="slingshot run")
+                        measure_steps=range(0, cap + 1), measure=recorder, desc="slingshot run",
+                        stop_at_val_acc=None if patience is None else GROKKED,
+                        patience=patience or 0.0)
     run.measures = []  # one empty dict per step: nothing to keep
     # The recorder sees steps 1..steps+1 (the last one being the final weights); the curves have
     # `steps` entries, so drop what lies past them.
+    steps = len(run.loss)
     cos = np.array([np.nan] + recorder.cos_prev[:steps - 1])
     snaps = {k: v.numpy() for k, v in sorted(recorder.snapshots.items()) if k <= steps}
     return SlingshotRun(run, cos, snaps, [s for s in detector.spikes if s <= steps],
@@ -129,8 +137,8 @@ def order_of_magnitude(x: float) -> str:
 # --- cached runs of the chapter (the notebook and any pre-computation share these keys) --------
 
 CHAPTER = "05_slingshot_hessian"
-RUN_KEYS = ("seed", "model", "p", "operation", "train_fraction", "steps", "lr", "weight_decay", "betas",
-            "embed_dim", "hidden")
+RUN_KEYS = ("seed", "model", "p", "operation", "train_fraction", "cap", "patience", "lr", "weight_decay",
+            "betas", "embed_dim", "hidden")
 
 
 def chapter_data(params: dict) -> AlgorithmicData:
@@ -149,9 +157,10 @@ def cached_slingshot_run(params: dict) -> SlingshotRun:
                        "spike_floor", "spike_gap")
     config = {"run": "slingshot", **{k: params[k] for k in keys}}
     return cached_run(CHAPTER, config, lambda: slingshot_run(
-        chapter_data(params), params["steps"], params["seed"], params["lr"], params["weight_decay"],
+        chapter_data(params), params["cap"], params["seed"], params["lr"], params["weight_decay"],
         tuple(params["betas"]), params["embed_dim"], params["hidden"], params["snapshot_every"],
-        params["spike_before"], params["spike_after"], detector_from(params), params["model"]))
+        params["spike_before"], params["spike_after"], detector_from(params), params["model"],
+        params["patience"]))
 
 
 def cached_clipped_run(params: dict, clip_norm: float) -> ModularRun:
@@ -159,11 +168,12 @@ def cached_clipped_run(params: dict, clip_norm: float) -> ModularRun:
     config = {"run": "clipped", "clip_norm": clip_norm, **{k: params[k] for k in RUN_KEYS}}
 
     def go() -> ModularRun:
-        run = train_modular(chapter_data(params), params["steps"], seed=params["seed"], lr=params["lr"],
+        run = train_modular(chapter_data(params), params["cap"], seed=params["seed"], lr=params["lr"],
                             weight_decay=params["weight_decay"], betas=tuple(params["betas"]),
                             embed_dim=params["embed_dim"], hidden=params["hidden"],
                             model_kind=params["model"], clip_norm=clip_norm,
-                            desc=f"clipped at {clip_norm:g}")
+                            desc=f"clipped at {clip_norm:g}", stop_at_val_acc=GROKKED,
+                            patience=params["patience"])
         run.state_dict = None  # only the curves are needed
         return run
 

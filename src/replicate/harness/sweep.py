@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import ConfigError, RunSpec
+from ..config import ConfigError, RunSpec, get_chapter
 from ..runtime import BOOK_DIR, atomic_write
 from . import execute as ex
 
@@ -276,6 +276,19 @@ def longest_first(specs: list[RunSpec], results_dir: Path) -> list[RunSpec]:
     return sorted(specs, key=last_duration, reverse=True)  # stable: ties keep their order
 
 
+def next_ready(queue: list[RunSpec], running: list[RunSpec]) -> int | None:
+    """The index in `queue` of the first chapter free to start: one whose `runs_after` chapter
+    (chapter.yaml: it trains the same runs, and finds them in the run cache once that chapter has
+    finished) is neither running nor still queued. None while every queued chapter waits for a
+    running one; with nothing running, the first in the queue, so that no declaration can stall
+    the book."""
+    busy = {s.chapter for s in queue} | {s.chapter for s in running}
+    for i, spec in enumerate(queue):
+        if get_chapter(spec.chapter).get("runs_after") not in busy:
+            return i
+    return 0 if queue and not running else None
+
+
 def _execute_in_lane(spec: RunSpec, claims_dir: str, results_dir: str, lane_id: str) -> dict:
     """One chapter in a Ray worker, on one thread: its kernel inherits this environment."""
     os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", MARKER: lane_id})
@@ -287,7 +300,8 @@ def _execute_in_lane(spec: RunSpec, claims_dir: str, results_dir: str, lane_id: 
 def run_in_lanes(jobs: list[tuple[RunSpec, Path, Path]], lanes: int, quiet: bool = False,
                  start: Callable[[int], Callable] = start_local_ray) -> list[dict]:
     """Execute chapters, each (spec, claims dir, results dir), in `lanes` parallel lanes on a
-    local Ray, one thread each, in the order given; each publishes as a run on its own would.
+    local Ray, one thread each, in the order given, except that a chapter declared to run after
+    another waits for it (`next_ready`); each publishes as a run on its own would.
     Returns {"spec", "ok", "message", "duration_s"} per chapter, in the order they finished.
     Raises ConfigError (one line) when Ray cannot start; Ctrl-C kills the lanes' kernels."""
     import ray
@@ -301,7 +315,10 @@ def run_in_lanes(jobs: list[tuple[RunSpec, Path, Path]], lanes: int, quiet: bool
     try:
         while queue or pending:
             while queue and len(pending) < lanes:
-                spec, claims_dir, results_dir = queue.pop(0)
+                ready = next_ready([job[0] for job in queue], [s for s, _ in pending.values()])
+                if ready is None:
+                    break
+                spec, claims_dir, results_dir = queue.pop(ready)
                 ref = remote.remote(spec, str(Path(claims_dir).resolve()),
                                     str(Path(results_dir).resolve()), lane_id)
                 pending[ref] = (spec, time.perf_counter())
