@@ -1,6 +1,7 @@
 """What validate compares: nbval the verdict's words (numbers masked), then every number of the
 verdict within a stated tolerance."""
 import copy
+import math
 import json
 import re
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 from nbval.plugin import get_sanitize_patterns
 
 from replicate import config as presets
-from replicate.harness import cli, drift
+from replicate.harness import cli, drift, seeds
 from replicate.config import RunSpec
 from replicate.verdict import ChapterRun, claim, report
 
@@ -154,3 +155,60 @@ def test_a_fail_turning_inconclusive_is_a_difference_but_a_record_without_the_fl
     untested = {"reproduced": False, "checks": [{**fail, "inconclusive": True, "diagnosis": "x"}]}
     [difference] = drift.compare(old, untested)
     assert (difference.where, difference.within) == ("inconclusive", False)
+
+
+def test_the_prediction_interval_matches_hand_computed_cases():
+    # mean 0, sd sqrt(10/4) = 1.5811, t(0.975, 4) = 2.7764, sqrt(1 + 1/5) = 1.0954: +- 4.8089
+    low, high = seeds.prediction_interval([-2.0, -1.0, 0.0, 1.0, 2.0])
+    assert abs(low + 4.8089) < 1e-3 and abs(high - 4.8089) < 1e-3
+    # every value positive: the same on the logarithms 0..4, then exponentiated
+    low, high = seeds.prediction_interval([math.exp(k) for k in range(5)])
+    assert abs(low - math.exp(2 - 4.8089)) < 1e-4 and abs(high / math.exp(2 + 4.8089) - 1) < 1e-4
+    assert seeds.prediction_interval([1.0, 2.0, 3.0, 4.0]) is None  # four seeds: no interval
+    # one more seed's value, not the mean: wider than the 95% interval of the mean
+    values = [0.21, 0.212, 0.274, 0.28, 0.308]
+    mean_low, mean_high = seeds.bootstrap_interval(values)
+    low, high = seeds.prediction_interval(values)
+    assert low < mean_low and high > mean_high
+
+
+def test_the_seeds_spread_accepts_a_number_where_one_more_seed_would_fall_and_nothing_else():
+    published = record(adam=1000)
+    spread = {("steps", "ours.adam"): [700.0, 900.0, 1000.0, 1300.0, 1600.0]}  # about 270-3,600
+    moved = record(adam=2500)  # 150% beyond 5%, inside the seeds' interval
+    [difference] = drift.compare(published, moved, spread=spread)
+    assert difference.within and difference.by_seeds
+    assert "seeds" in drift.table(CHAPTER, [difference]) and "0 beyond" in drift.table(
+        CHAPTER, [difference])
+    assert beyond(published, record(adam=9000), None, None, spread) == [("steps", "ours.adam")]
+    assert beyond(published, moved) == [("steps", "ours.adam")]  # without the spread: drift
+    # the spread of another number does not reach this one
+    assert beyond(published, record(loss=0.9), None, None, spread) == [("loss", "ours")]
+    # the words are still compared exactly
+    flipped = record(adam=2500)
+    flipped["checks"][0]["passed"] = False
+    assert ("loss", "passed") in beyond(published, flipped, None, None, spread)
+
+
+def test_the_seeds_spread_is_read_by_the_paths_the_comparison_names(monkeypatch):
+    ours = {"on": [13290, 1453], "ratio": 74.5, "pairs": ["a@1", "b@2"], "ok": True,
+            "nested": {"0": [0.3, 4.8]}}
+    assert drift.flat_numbers(ours, "ours") == {"ours.on[0]": 13290.0, "ours.on[1]": 1453.0,
+                                                "ours.ratio": 74.5, "ours.nested.0[0]": 0.3,
+                                                "ours.nested.0[1]": 4.8}
+    runs = {s: {"record": {"checks": [{"name": "late", "ours": {"on": [100 * (s + 1), 5]}}]}}
+            for s in range(5)}
+    monkeypatch.setattr(drift, "collect_runs", lambda *args: (runs, [], None))
+    spread = drift.seed_spread(CHAPTER)
+    assert spread[("late", "ours.on[0]")] == [100.0, 200.0, 300.0, 400.0, 500.0]
+    published = {"reproduced": True, "checks": [{"name": "late", "kind": "claim", "passed": True,
+                                                 "ours": {"on": [100, 5]}, "paper": 1}]}
+    now = copy.deepcopy(published)
+    now["checks"][0]["ours"]["on"][0] = 450
+    [difference] = drift.compare(published, now, spread=spread)
+    assert difference.where == "ours.on[0]" and difference.by_seeds
+
+
+def test_only_the_chapters_whose_runs_diverge_with_reduction_order_use_the_seeds_spread():
+    assert drift.seeds_decide("01_delayed_robustness") and drift.seeds_decide("02_region_migration")
+    assert not drift.seeds_decide("07_optimizers") and not drift.seeds_decide("no_such_chapter")

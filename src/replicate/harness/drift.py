@@ -8,6 +8,12 @@ looser) or what the chapter's `chapter.yaml` sets, for the chapter and then per 
 `tolerance: {rel: 0.1, abs: 0.01, checks: {"loss at the end": {rel: 0.5}}}`. A list of items
 (names, pairs: `config.is_item_list`) is compared as its count, within the same tolerance: which
 items cross a threshold can change with float noise, what the claim needs is how many.
+
+A chapter whose training diverges with the order of float reductions (`tolerance: {seeds: true}`:
+another thread count or CPU makes its long run another draw, not the same run) also accepts a
+number that falls where one more seed's would: inside the 95% prediction interval of that number
+over the book's seeds (`seeds.prediction_interval`, from five seeds on). The verdict words are
+still compared exactly.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import chapters, is_item_list
+from .seeds import RESULTS_DIR, SWEEPS_DIR, collect_runs, prediction_interval
 
 REL, ABS = 0.05, 1e-3
 
@@ -38,6 +45,7 @@ class Difference:
     published: Any
     now: Any
     within: bool        # a number within tolerance (shown, does not fail)
+    by_seeds: bool = False  # within only because it lies where one more seed's value would
 
     @property
     def relative(self) -> float | None:
@@ -45,6 +53,40 @@ class Difference:
             scale = max(abs(self.published), abs(self.now))
             return abs(self.now - self.published) / scale if scale else 0.0
         return None
+
+
+def seeds_decide(chapter: str) -> bool:
+    """Whether the chapter's numbers may fall anywhere one more seed's would (`seeds: true`)."""
+    ch = chapters().get(chapter) or {}
+    return bool((ch.get("tolerance") or {}).get("seeds"))
+
+
+def flat_numbers(value: Any, where: str) -> dict[str, float]:
+    """Every number inside a check's `ours`, by the path `_walk` names it with (`ours.on[0]`)."""
+    if isinstance(value, bool):
+        return {}
+    if isinstance(value, (int, float)):
+        return {where: float(value)} if math.isfinite(value) else {}
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items()
+                for k, v in flat_numbers(item, f"{where}.{key}").items()}
+    if isinstance(value, list) and not is_item_list(value):
+        return {k: v for i, item in enumerate(value)
+                for k, v in flat_numbers(item, f"{where}[{i}]").items()}
+    return {}
+
+
+def seed_spread(chapter: str, results_dir=None, sweeps_dir=None) -> dict[tuple[str, str], list]:
+    """{(check, path): the value at every seed of the book's group} from its published run and
+    sweeps, for `seeds: true` chapters."""
+    runs, _, _ = collect_runs(chapter, "cpu", {}, results_dir or RESULTS_DIR,
+                              sweeps_dir or SWEEPS_DIR)
+    spread: dict[tuple[str, str], list] = {}
+    for run in runs.values():
+        for check in run["record"].get("checks", []):
+            for where, v in flat_numbers(check.get("ours"), "ours").items():
+                spread.setdefault((check["name"], where), []).append(v)
+    return spread
 
 
 def chapter_tolerances(chapter: str) -> tuple[Tolerance, dict[str, Tolerance]]:
@@ -56,15 +98,20 @@ def chapter_tolerances(chapter: str) -> tuple[Tolerance, dict[str, Tolerance]]:
                   for name, t in (spec.get("checks") or {}).items()}
 
 
-def _walk(check: str, where: str, old: Any, new: Any, tol: Tolerance, out: list[Difference]):
+def _walk(check: str, where: str, old: Any, new: Any, tol: Tolerance, out: list[Difference],
+          spread: dict | None = None):
     # Booleans are not numbers here: they fall through to the exact comparison at the end.
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new)):
         if old != new:
-            out.append(Difference(check, where, old, new, tol.allows(float(old), float(new))))
+            within = tol.allows(float(old), float(new))
+            interval = prediction_interval((spread or {}).get((check, where), []))
+            by_seeds = (not within and interval is not None and math.isfinite(new)
+                        and interval[0] <= new <= interval[1])
+            out.append(Difference(check, where, old, new, within or by_seeds, by_seeds))
     elif isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new), key=str):
             if key in old and key in new:
-                _walk(check, f"{where}.{key}", old[key], new[key], tol, out)
+                _walk(check, f"{where}.{key}", old[key], new[key], tol, out, spread)
             else:
                 out.append(Difference(check, f"{where}.{key}", old.get(key, "(absent)"),
                                       new.get(key, "(absent)"), False))
@@ -74,14 +121,16 @@ def _walk(check: str, where: str, old: Any, new: Any, tol: Tolerance, out: list[
                                   tol.allows(len(old), len(new))))
     elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         for i, (a, b) in enumerate(zip(old, new)):
-            _walk(check, f"{where}[{i}]", a, b, tol, out)
+            _walk(check, f"{where}[{i}]", a, b, tol, out, spread)
     elif type(old) is not type(new) or old != new:
         out.append(Difference(check, where, old, new, False))
 
 
 def compare(published: dict, now: dict, tolerance: Tolerance | None = None,
-            per_check: dict[str, Tolerance] | None = None) -> list[Difference]:
-    """Every difference between two results records' verdicts (see the module's docstring)."""
+            per_check: dict[str, Tolerance] | None = None,
+            spread: dict[tuple[str, str], list] | None = None) -> list[Difference]:
+    """Every difference between two results records' verdicts (see the module's docstring);
+    `spread`: the seeds' values of each number (`seed_spread`), where the chapter accepts them."""
     tolerance, per_check, out = tolerance or Tolerance(), per_check or {}, []
     if published.get("reproduced") != now.get("reproduced"):
         out.append(Difference("(verdict)", "reproduced", published.get("reproduced"),
@@ -101,7 +150,8 @@ def compare(published: dict, now: dict, tolerance: Tolerance | None = None,
             out.append(Difference(name, "inconclusive", bool(old.get("inconclusive")),
                                   bool(new.get("inconclusive")), False))
         for key in ("ours", "paper"):
-            _walk(name, key, old.get(key), new.get(key), per_check.get(name, tolerance), out)
+            _walk(name, key, old.get(key), new.get(key), per_check.get(name, tolerance), out,
+                  spread if key == "ours" else None)
     return out
 
 
@@ -113,9 +163,13 @@ def table(chapter: str, differences: list[Difference]) -> str:
         text = f"{value:.4g}" if isinstance(value, float) else str(value)
         return text if len(text) <= 24 else text[:21] + "..."
     rows = [("", "check", "value", "published", "now", "rel. change")]
-    rows += [("ok" if d.within else "DRIFT", d.check[:40], d.where[:28], short(d.published),
-              short(d.now), "" if d.relative is None else f"{d.relative:.1%}") for d in differences]
+    rows += [("seeds" if d.by_seeds else "ok" if d.within else "DRIFT", d.check[:40],
+              d.where[:28], short(d.published), short(d.now),
+              "" if d.relative is None else f"{d.relative:.1%}") for d in differences]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    by_seeds = sum(d.by_seeds for d in differences)
+    note = ([f"  seeds: beyond the tolerance, but where one more seed's value would fall ({by_seeds}"
+             " value(s); 95% prediction interval over the book's seeds)"] if by_seeds else [])
     return "\n".join([f"{chapter}: {len(differences)} value(s) differ from the published verdict, "
-                      f"{sum(not d.within for d in differences)} beyond tolerance", *lines])
+                      f"{sum(not d.within for d in differences)} beyond tolerance", *lines, *note])

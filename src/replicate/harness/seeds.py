@@ -75,6 +75,27 @@ def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP_RESAMPLES
     return [float(max(low, x.min())), float(min(high, x.max()))]  # rounding must not leave it
 
 
+def prediction_interval(values: list[float], level: float = 0.95) -> list[float] | None:
+    """Where one more seed's value falls with probability `level`, if the seeds' values are
+    normal: mean +- t * sd * sqrt(1 + 1/n), t the Student quantile at (1 + level) / 2 with n - 1
+    degrees of freedom. Wider than the interval of the mean: it holds a new draw, not the mean
+    (five seeds: mean +- 3.04 sd). When every value is positive (a count, an area, a ratio, a
+    step: skewed, bounded by zero) the same on their logarithms, then exponentiated, so the
+    interval stays positive. None below `MIN_SEEDS_FOR_INTERVAL` seeds."""
+    from scipy.stats import t
+
+    n = len(values)
+    if n < MIN_SEEDS_FOR_INTERVAL:
+        return None
+    positive = all(v > 0 for v in values)
+    x = [math.log(v) for v in values] if positive else list(values)
+    mean = sum(x) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1))
+    half = float(t.ppf((1 + level) / 2, n - 1)) * sd * math.sqrt(1 + 1 / n)
+    low, high = mean - half, mean + half
+    return [math.exp(low), math.exp(high)] if positive else [low, high]
+
+
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> list[float] | None:
     """The exact (Clopper-Pearson) interval of a pass rate from k passes in n seeds: the rates p
     at which k or more passes (for the lower end), or k or fewer (for the upper end), would have
