@@ -30,7 +30,7 @@ from ..config import (ConfigError, RunSpec, chapters, get_chapter, load_preset, 
 from ..runtime import BOOK_DIR, PROJECT_ROOT, display_path, git_commit
 from . import execute as ex
 from . import scoreboard, seeds, sweep
-from .drift import chapter_tolerances, compare, seed_spread, seeds_decide, table
+from .drift import chapter_tolerances, compare, seed_spread, uses_seed_spread, table
 
 SANITIZE_FILE = Path(__file__).resolve().parent / "nbval_sanitize.cfg"
 
@@ -205,7 +205,7 @@ def cmd_validate(args) -> int:
                 continue
             # A chapter whose run is another draw on another machine: its seeds' spread counts.
             spread = (seed_spread(ch, Path(args.results_dir), Path(args.results_dir).parent /
-                                  "sweeps") if seeds_decide(ch) else None)
+                                  "sweeps") if uses_seed_spread(ch) else None)
             differences = compare(json.loads(published.read_text()), json.loads(now.read_text()),
                                   *chapter_tolerances(ch), spread)
             print(table(ch, differences))

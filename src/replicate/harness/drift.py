@@ -55,7 +55,7 @@ class Difference:
         return None
 
 
-def seeds_decide(chapter: str) -> bool:
+def uses_seed_spread(chapter: str) -> bool:
     """Whether the chapter's numbers may fall anywhere one more seed's would (`seeds: true`)."""
     ch = chapters().get(chapter) or {}
     return bool((ch.get("tolerance") or {}).get("seeds"))
@@ -169,7 +169,8 @@ def table(chapter: str, differences: list[Difference]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     by_seeds = sum(d.by_seeds for d in differences)
-    note = ([f"  seeds: beyond the tolerance, but where one more seed's value would fall ({by_seeds}"
-             " value(s); 95% prediction interval over the book's seeds)"] if by_seeds else [])
+    note = ([f"  seeds: beyond the tolerance, but where one more seed's value would fall "
+             f"({by_seeds} value(s); 95% prediction interval over the book's seeds)"]
+            if by_seeds else [])
     return "\n".join([f"{chapter}: {len(differences)} value(s) differ from the published verdict, "
                       f"{sum(not d.within for d in differences)} beyond tolerance", *lines, *note])
