@@ -1,8 +1,8 @@
 """What validate compares: nbval the verdict's words (numbers masked), then every number of the
 verdict within a stated tolerance."""
 import copy
-import math
 import json
+import math
 import re
 from pathlib import Path
 
