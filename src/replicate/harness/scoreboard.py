@@ -44,14 +44,30 @@ def load_results(results_dir: Path) -> list[dict]:
             if not path.name.endswith(".seeds.json")]
 
 
-def provenance(results: list[dict]) -> str:
-    """Which code produced the published chapters: one commit, or a warning naming them all."""
+def provenance(results: list[dict], seeds: dict[str, dict] | None = None) -> str:
+    """Which code produced the published chapters (one commit, or a warning naming them all), and
+    whether their seeds ran with the same result code (`result_code.py`)."""
     commits = sorted({r["git_commit"] for r in results})
+    if not commits:
+        return ""
     if len(commits) == 1 and not commits[0].endswith("+dirty"):
-        return f"All chapters were executed from commit `{commits[0]}`.\n"
-    return ("**Executed from different or uncommitted code:** "
-            + ", ".join(f"`{c}`" for c in commits) + "; re-run them from one clean commit.\n"
-            ) if commits else ""
+        text = f"All chapters were executed from commit `{commits[0]}`."
+    else:
+        text = ("**Executed from different or uncommitted code:** "
+                + ", ".join(f"`{c}`" for c in commits) + "; re-run them from one clean commit.")
+    codes = [(name, s["code"]) for name, s in sorted((seeds or {}).items()) if s.get("code")]
+    others = sorted({c["commit"] for _, code in codes for c in code["commits"]} - set(commits))
+    apart = [f"{name[:2]} (seeds {', '.join(map(str, c['seeds']))} at `{c['commit']}`: "
+             + ("git cannot compare them" if c["differs"] is None else ", ".join(c["differs"])) + ")"
+             for name, code in codes for c in code["commits"] if c["differs"] != []]
+    if others and not apart:
+        text += (f" Some seeds ran at {len(others)} other commit{'s' if len(others) > 1 else ''} ("
+                 + ", ".join(f"`{c}`" for c in others) + "), and each chapter's result code there "
+                 "is the same as at its published run: " + codes[0][1]["result_code"] + ".")
+    elif apart:
+        text += (" **Seeds computed by other code than their chapter's published run:** "
+                 + "; ".join(apart) + ". Re-run those seeds.")
+    return text + "\n"
 
 
 def short_title(chapter) -> str:
@@ -114,7 +130,7 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
     by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
     lines = [TEXTS["header"], headline(results, seeds), "",
              *summary_table(results, seeds, claims_dir), "", TEXTS["scoreboard_legend"],
-             provenance(results), ":::{dropdown} Every claim and its checks"]
+             provenance(results, seeds), ":::{dropdown} Every claim and its checks"]
     for name, ch in chapters().items():
         if (r := by_name.get(name)) is None:
             lines += ["", f"**{ch.title}.** {ch.claim} *Not yet run.*"]
@@ -273,7 +289,8 @@ def write_pages(results_dir: Path) -> int:
     refresh_pages(results_dir)
     page = write_scoreboard(results_dir, BOOK_DIR / "scoreboard.md")
     write_intro_summary(results_dir, BOOK_DIR / "intro.md")
-    if (mixed := provenance(load_results(results_dir))).startswith("**"):
+    seeds = {ch: r for ch in chapters() if (r := load_seeds(ch, results_dir))}
+    if "**" in (mixed := provenance(load_results(results_dir), seeds)):
         print("warning: " + mixed.replace("**", "").strip(), file=sys.stderr)
     if BENCHMARKS_FILE.exists():
         write_benchmarks_page(BENCHMARKS_FILE, results_dir)

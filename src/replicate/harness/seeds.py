@@ -11,6 +11,7 @@ from pathlib import Path
 from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
 from ..runtime import BOOK_DIR, atomic_write, display_path
 from ..verdict import inconclusive_count, reproduced as all_claims_pass
+from .result_code import code_provenance
 
 SWEEPS_DIR, RESULTS_DIR = BOOK_DIR / "sweeps", BOOK_DIR / "results"
 ROBUST_SHARE = 0.8
@@ -198,7 +199,10 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
     runs, failed, note = collect_runs(chapter, preset, spec.overrides, results_dir, sweeps_dir)
     body = aggregate_records({seed: run["record"] for seed, run in runs.items()},
                              bool(get_chapter(chapter).get("deterministic")))
+    publication = Path(results_dir) / f"{chapter}.json"
+    published = json.loads(publication.read_text()).get("git_commit") if publication.exists() else None
     return {"chapter": chapter, "preset": preset, "overrides": spec.overrides, **body,
+            "code": code_provenance(chapter, runs, published),
             "runs": [{"seed": seed, "source": run["source"],
                       "reproduced": all_claims_pass(run["record"].get("checks", [])),
                       "inconclusive": inconclusive_count(run["record"].get("checks", [])),
@@ -246,4 +250,8 @@ def describe(record: dict) -> str:
     lines += [f"    failed seed {f['seed']}: {f['error']}" for f in record["failed"]]
     lines += [f"    check not matched across seeds: {u['name']} (seeds {u['seeds']})"
               for u in record.get("unmatched", [])]
+    lines += [f"    seeds {c['seeds']} ran at {c['commit']}, whose result code differs from the "
+              f"published run's: " + ("git cannot compare them" if c["differs"] is None
+                                      else ", ".join(c["differs"]))
+              for c in (record.get("code") or {}).get("commits", []) if c["differs"] != []]
     return "\n".join(lines)
