@@ -120,3 +120,15 @@ def test_the_scoreboard_names_seeds_run_by_other_code_and_vouches_for_the_rest()
     apart = scoreboard.provenance([record], {"01_x": {"code": code}})
     assert "**Seeds computed by other code" in apart
     assert "01 (seeds 3 at `ccc`: notebook code cell 2)" in apart
+
+
+def test_every_published_chapters_seeds_were_computed_by_its_published_runs_code():
+    """Read from the seeds files as aggregated (no git needed): a seed run by other code than its
+    chapter's published run must be re-run before the book ships."""
+    from replicate.runtime import BOOK_DIR
+
+    files = sorted((BOOK_DIR / "results").glob("*.seeds.json"))
+    assert files
+    for path in files:
+        code = json.loads(path.read_text())["code"]
+        assert code["all_same"], (path.name, [c for c in code["commits"] if c["differs"] != []])
