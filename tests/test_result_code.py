@@ -114,7 +114,7 @@ def test_the_scoreboard_names_seeds_run_by_other_code_and_vouches_for_the_rest()
             "commits": [{"commit": "aaa", "seeds": [0], "differs": []},
                         {"commit": "bbb", "seeds": [1, 2], "differs": []}]}
     same = scoreboard.provenance([record], {"01_x": {"code": code}})
-    assert "1 other commit (`bbb`)" in same and "the same as at its published run" in same
+    assert "1 other commit, with the same result code as their chapter's published run" in same
     assert "**" not in same
     code["commits"].append({"commit": "ccc", "seeds": [3], "differs": ["notebook code cell 2"]})
     apart = scoreboard.provenance([record], {"01_x": {"code": code}})
