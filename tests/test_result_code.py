@@ -6,6 +6,7 @@ from pathlib import Path
 
 from replicate.harness import scoreboard
 from replicate.harness.result_code import code_provenance, result_code, result_code_differences
+from replicate.runtime import BOOK_DIR
 
 CHAPTER = "99_example"
 
@@ -125,8 +126,6 @@ def test_the_scoreboard_names_seeds_run_by_other_code_and_vouches_for_the_rest()
 def test_every_published_chapters_seeds_were_computed_by_its_published_runs_code():
     """Read from the seeds files as aggregated (no git needed): a seed run by other code than its
     chapter's published run must be re-run before the book ships."""
-    from replicate.runtime import BOOK_DIR
-
     files = sorted((BOOK_DIR / "results").glob("*.seeds.json"))
     assert files
     for path in files:

@@ -138,6 +138,11 @@ def result_code_differences(chapter: str, first: str, second: str, repo: Path = 
     return sorted(p for p in codes[0].keys() | codes[1].keys() if codes[0].get(p) != codes[1].get(p))
 
 
+def difference_text(entry: dict) -> str:
+    """What differs at one commit of `code_provenance`, in words."""
+    return "git cannot compare them" if entry["differs"] is None else ", ".join(entry["differs"])
+
+
 def code_provenance(chapter: str, runs: dict[int, dict], published: str | None,
                     repo: Path = PROJECT_ROOT) -> dict:
     """The commits the seeds ran at, each with what of the chapter's result code differs from the

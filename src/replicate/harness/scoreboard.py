@@ -14,6 +14,7 @@ from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, pass_rate, preset_label, refresh_chapter_page,
                          runtime_text, seeds_summary)
+from .result_code import difference_text
 from .seeds import load_seeds
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
@@ -58,14 +59,14 @@ def provenance(results: list[dict], seeds: dict[str, dict] | None = None) -> str
     codes = [(name, s["code"]) for name, s in sorted((seeds or {}).items()) if s.get("code")]
     others = sorted({c["commit"] for _, code in codes for c in code["commits"]} - set(commits))
     apart = [f"{name[:2]} (seeds {', '.join(map(str, c['seeds']))} at `{c['commit']}`: "
-             + ("git cannot compare them" if c["differs"] is None else ", ".join(c["differs"])) + ")"
+             f"{difference_text(c)})"
              for name, code in codes for c in code["commits"] if c["differs"] != []]
-    if others and not apart:  # the commits are in the seeds files; the page stays short
-        text += (f" Some seeds ran at {len(others)} other commit{'s' if len(others) > 1 else ''}, "
-                 "with the same result code as their chapter's published run.")
-    elif apart:
+    if apart:
         text += (" **Seeds computed by other code than their chapter's published run:** "
                  + "; ".join(apart) + ". Re-run those seeds.")
+    elif others:  # the commits are in the seeds files; the page stays short
+        text += (f" Some seeds ran at {len(others)} other commit{'s' if len(others) > 1 else ''}, "
+                 "with the same result code as their chapter's published run.")
     return text + "\n"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
 from ..runtime import BOOK_DIR, atomic_write, display_path
 from ..verdict import inconclusive_count, reproduced as all_claims_pass
-from .result_code import code_provenance
+from .result_code import code_provenance, difference_text
 
 SWEEPS_DIR, RESULTS_DIR = BOOK_DIR / "sweeps", BOOK_DIR / "results"
 ROBUST_SHARE = 0.8
@@ -251,7 +251,6 @@ def describe(record: dict) -> str:
     lines += [f"    check not matched across seeds: {u['name']} (seeds {u['seeds']})"
               for u in record.get("unmatched", [])]
     lines += [f"    seeds {c['seeds']} ran at {c['commit']}, whose result code differs from the "
-              f"published run's: " + ("git cannot compare them" if c["differs"] is None
-                                      else ", ".join(c["differs"]))
+              f"published run's: {difference_text(c)}"
               for c in (record.get("code") or {}).get("commits", []) if c["differs"] != []]
     return "\n".join(lines)
