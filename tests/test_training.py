@@ -131,6 +131,40 @@ def test_top_level_config_and_verdict_modules_do_not_change_the_source_hash(tmp_
     assert relative == {"objectives.py", "measures/config.py"}
 
 
+def test_a_docstring_or_comment_edit_in_the_measures_keeps_the_cache_and_a_code_edit_does_not(
+        tmp_path):
+    root = tmp_path / "pkg"
+    (root / "measures").mkdir(parents=True)
+    code = 'def rank(x):\n    """How many directions."""\n    return len(x)  # all of them\n'
+    (root / "measures" / "rank.py").write_text(code)
+    before = source_hash(root)
+    (root / "measures" / "rank.py").write_text(
+        code.replace("How many directions.", "How many directions, explained at length.")
+        .replace("# all of them", "# every one\n"))
+    assert source_hash(root) == before
+    (root / "measures" / "rank.py").write_text(code.replace("len(x)", "len(x) - 1"))
+    assert source_hash(root) != before
+
+
+def test_plots_judges_and_figures_do_not_change_the_source_hash_and_the_real_package_agrees(
+        tmp_path):
+    root = tmp_path / "pkg"
+    _fake_package(root, "def sphere(x):\n    return (x * x).sum()\n")
+    for relative in ("plotting.py", "experiments/chapters/optimizers.py", "experiments/race.py"):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text("LIMIT = 1\n")
+    before = source_hash(root)
+    (root / "plotting.py").write_text("LIMIT = 2\n")
+    (root / "experiments" / "chapters" / "optimizers.py").write_text("LIMIT = 2\n")
+    assert source_hash(root) == before
+    (root / "experiments" / "race.py").write_text("LIMIT = 2\n")
+    assert source_hash(root) != before
+    # In the package itself: a docstring edit in plotting.py or a measure keeps every cached run.
+    real = {f.relative_to(training.PACKAGE_DIR).as_posix() for f in training.source_files()}
+    assert "plotting.py" not in real and "measures/jacobian.py" in real
+    assert not any(r.startswith("experiments/chapters/") for r in real)
+
+
 def test_swapped_cache_files_are_detected(capsys):
     a = cached_run("unit", {"objective": "rosenbrock"}, lambda: "rosenbrock distances")
     b = cached_run("unit", {"objective": "rastrigin"}, lambda: "rastrigin distances")

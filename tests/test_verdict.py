@@ -18,7 +18,8 @@ def _run(overrides=None):
 
 def test_results_file_follows_the_contract(tmp_path, capsys):
     run = _run()
-    ok = run.verdict([claim("a", True, 0.123456, "paper a"), report("b", {"x": 1.0}, "paper b")])
+    ok = run.verdict([claim("a", True, 0.123456, "paper a", id="a"),
+                      report("b", {"x": 1.0}, "paper b", id="b")])
     assert ok is True
     out = capsys.readouterr().out
     assert "PASS   a" in out and "REPORT b" in out and "REPRODUCED (1/1" in out
@@ -26,7 +27,8 @@ def test_results_file_follows_the_contract(tmp_path, capsys):
     assert CONTRACT <= set(record)
     assert record["preset"] == "smoke" and record["overrides"] == {} and record["seed"] == 0
     assert record["checks"][0] == {"name": "a", "kind": "claim", "passed": True, "ours": 0.1235,
-                                   "paper": "paper a", "inconclusive": False, "diagnosis": None}
+                                   "paper": "paper a", "inconclusive": False, "diagnosis": None,
+                                   "id": "a"}
     assert record["checks"][1]["passed"] is None
 
 
@@ -112,3 +114,38 @@ def test_an_inconclusive_check_cannot_pass_and_must_say_why():
         claim("a", True, 1, 1, inconclusive=True, diagnosis="did not grok")
     with pytest.raises(ValueError, match="say why"):
         claim("a", False, 1, 1, inconclusive=True)
+
+
+def test_a_check_id_is_a_lowercase_slug_and_ids_are_unique_within_a_verdict():
+    import pytest
+
+    from replicate.verdict import check_key, unique_ids
+    assert claim("x", True, 1, 1, id="ce-factor").id == "ce-factor"
+    for bad in ("CE-factor", "ce factor", "ce--factor", "-ce", ""):
+        with pytest.raises(ValueError, match="lowercase words"):
+            claim("x", True, 1, 1, id=bad)
+    checks = [claim("x", True, 1, 1, id="a"), report("y", 1, 1, id="b")]
+    assert unique_ids(checks) == ["a", "b"]
+    with pytest.raises(ValueError, match="used twice: a"):
+        unique_ids(checks + [report("z", 1, 1, id="a")])
+    with pytest.raises(ValueError, match="'w' has no id"):
+        unique_ids(checks + [report("w", 1, 1)])
+    # A record from before ids is keyed by its name.
+    assert check_key({"name": "old", "id": None}) == "old" and check_key(checks[0]) == "a"
+
+
+def test_the_papers_numbers_are_read_from_the_chapter_with_a_band():
+    import pytest
+
+    from replicate.config import ConfigError, PaperNumber
+    bare = PaperNumber.read("mse-factor", {"value": 1.69, "where": "Table 1", "what": "speed-up"})
+    assert bare.band == (1.69, 1.69)
+    spread = PaperNumber.read("ce-factor", {"value": 7.56, "band": [6.74, 8.38], "where": "Table 1",
+                                            "what": "speed-up"})
+    assert spread.band == (6.74, 8.38)
+    words = PaperNumber.read("shape", {"value": "a double descent", "where": "Fig. 2", "what": "x"})
+    assert words.band is None
+    with pytest.raises(ConfigError, match="band must be"):
+        PaperNumber.read("x", {"value": 1, "band": [2, 1], "where": "a", "what": "b"})
+    with pytest.raises(ConfigError, match="unknown: vaule"):
+        PaperNumber.read("x", {"vaule": 1, "where": "a", "what": "b"})

@@ -9,7 +9,8 @@ Each chapter has a folder `presets/<chapter>/`:
   `choices:`, `rules:` between parameters (a Python expression over the parameter names and the
   reason shown when it fails), the `datasets:` it reads and the MNIST digits it needs
   (`data_needs:`); `shape_only:` overrides that cut `paper` down to minutes; `tolerance:` for
-  `validate`.
+  `validate`; `paper:`, the numbers the paper gives that the chapter compares with
+  (`Chapter.paper`: each a value, the band it spans and where in the paper it is).
 
 A run is a value: the chapter, a preset and the parameters changed from it. It is resolved and
 validated once here (`RunSpec.make`), passed to the notebook as its one parameter `spec`, and
@@ -41,6 +42,32 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class PaperNumber:
+    """One number the paper gives: `value` (a number, or words where it gives none), the `band`
+    it spans (low, high) (a mean +- s.d., a range read off a figure; (value, value) for a bare
+    number), `where` in the paper it stands, and `what` it measures."""
+    value: Any
+    band: tuple[float, float] | None
+    where: str
+    what: str
+
+    @classmethod
+    def read(cls, key: str, entry: dict) -> "PaperNumber":
+        unknown = sorted(set(entry) - {"value", "band", "where", "what"})
+        if unknown or not {"value", "where", "what"} <= set(entry):
+            raise ConfigError(f"paper number {key!r}: give value, where and what (and optionally "
+                              f"band); unknown: {', '.join(unknown) or 'none'}")
+        value, band = entry["value"], entry.get("band")
+        if band is None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            band = (value, value)
+        if band is not None:
+            if len(band) != 2 or not band[0] <= band[1]:
+                raise ConfigError(f"paper number {key!r}: band must be [low, high], low <= high")
+            band = (float(band[0]), float(band[1]))
+        return cls(value, band, str(entry["where"]), str(entry["what"]))
+
+
+@dataclass(frozen=True)
 class Chapter:
     name: str
     title: str
@@ -54,6 +81,11 @@ class Chapter:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.meta.get(key) or default
+
+    @property
+    def paper(self) -> dict[str, PaperNumber]:
+        """The `paper:` block: the paper's numbers by key, the one place they are typed."""
+        return {key: PaperNumber.read(key, entry) for key, entry in (self.get("paper") or {}).items()}
 
 
 def _read_yaml(path: Path) -> dict:

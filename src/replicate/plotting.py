@@ -79,3 +79,52 @@ def legend_below(fig: plt.Figure, axes=None, ncol: int = 3, **kwargs) -> None:
     if seen:
         fig.legend(list(seen.values()), list(seen.keys()), loc="upper center",
                    bbox_to_anchor=(0.5, 0), ncol=min(ncol, len(seen)), **kwargs)
+
+
+def thousands(x: float, _=None) -> str:
+    """A tick label in thousands: 0, 500, 10k, 2.5k."""
+    return f"{x / 1000:g}k" if abs(x) >= 1000 else f"{x:g}"
+
+
+def steps_axis(ax: plt.Axes, which: str = "x", log: bool = False, nbins: int = 4) -> None:
+    """An axis of steps (updates, iterations), labelled in thousands; on a log scale with ticks
+    at 1, 2 and 5 of each decade."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    if log:
+        (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+        axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        axis.set_minor_formatter(NullFormatter())
+    else:
+        axis.set_major_locator(MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]))
+    axis.set_major_formatter(FuncFormatter(thousands))
+
+
+def crossed_legend(ax: plt.Axes, colors: dict[str, str], open_label: str = "open: not crossed, "
+                   "at its cap", **kwargs) -> None:
+    """A legend of filled dots, one per label and colour, and an open dot for a run that did not
+    cross (its count is a lower bound); below the axes unless `loc` is given."""
+    from matplotlib.lines import Line2D
+
+    dot = dict(ls="", marker="o")
+    handles = [Line2D([], [], color=c, label=label, **dot) for label, c in colors.items()]
+    handles.append(Line2D([], [], color="0.3", markerfacecolor="none", label=open_label, **dot))
+    kwargs = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.12), "fontsize": "small", **kwargs}
+    ax.legend(handles=handles, **kwargs)
+
+
+def paper_band(ax: plt.Axes, number, x: float | None = None, horizontal: bool = True,
+               color: str = "C3", label: str = "paper") -> None:
+    """The paper's number (`config.PaperNumber`) on an axes: at `x`, a diamond with the band as
+    its error bar; without `x`, a line across the axes (horizontal, or vertical) with the band
+    shaded where it has a width."""
+    low, high = number.band
+    if x is not None:
+        err = [[number.value - low], [high - number.value]] if high > low else None
+        ax.errorbar(x, number.value, yerr=err, fmt="D", color=color, capsize=4, label=label)
+        return
+    line, span = (ax.axhline, ax.axhspan) if horizontal else (ax.axvline, ax.axvspan)
+    line(number.value, color=color, lw=1, ls="-.", label=label)
+    if high > low:
+        span(low, high, color=color, alpha=0.12, lw=0)

@@ -163,6 +163,27 @@ def seed_everything(seed: int):
     return torch.Generator().manual_seed(seed)
 
 
+def comparable_code(source: str) -> str:
+    """Python source as it computes: its syntax tree without docstrings (IPython's `%` and `!`
+    lines dropped), so comments, docstrings and line breaks do not count. Text that is not
+    Python comes back as it is. The one definition of "the same code" for the run cache
+    (`training.source_hash`) and for the seeds' provenance (`harness.result_code`)."""
+    import ast
+
+    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return source
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 # What `run`, `sweep` and `build` write: outputs of the code, not part of it.
 GENERATED_PATHS = ("book/claims", "book/results", "book/sweeps", "book/scoreboard.md",
                    "book/_toc.yml", "book/benchmarks.md", "book/benchmarks.json")

@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import __version__
-from .runtime import atomic_write, cache_dir, display_path, phase
+from .runtime import atomic_write, cache_dir, comparable_code, display_path, phase
 
 
 class DivergenceError(RuntimeError):
@@ -84,10 +84,11 @@ def train_loop(step: Callable[[int], float], steps: int, eval_steps: list[int],
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Code that cannot change a result, as paths relative to the package (a trailing "/" names a
-# folder): the harness only chooses parameters, executes notebooks and writes verdicts and pages,
-# and the top-level `config.py` and `verdict.py` read settings and judge results, so editing them
-# must not throw away finished runs.
-NOT_RESULT_CODE = ("harness/", "config.py", "verdict.py")
+# folder): the harness only chooses parameters, executes notebooks and writes verdicts and pages;
+# the top-level `config.py` and `verdict.py` read settings and judge results, `plotting.py` draws
+# them, and `experiments/chapters/` holds each chapter's judge and figures, which read finished
+# runs. Editing them must not throw away finished runs.
+NOT_RESULT_CODE = ("harness/", "config.py", "verdict.py", "plotting.py", "experiments/chapters/")
 CACHE_FORMAT = 3
 _source_memo: dict[tuple, str] = {}
 
@@ -106,7 +107,9 @@ def source_files(root: Path = PACKAGE_DIR) -> list[Path]:
 
 
 def source_hash(root: Path = PACKAGE_DIR) -> str:
-    """A hash of the source of every module in `source_files`: any edit gives a new hash.
+    """A hash of the code of every module in `source_files`, compared as it computes
+    (`runtime.comparable_code`: docstrings and comments aside): an edit to what a module does
+    gives a new hash, an edit to its prose does not.
 
     All of them, not only the modules a run happened to import: which modules are loaded when a
     run starts depends on what ran before it in the same process, and a key must not.
@@ -117,7 +120,8 @@ def source_hash(root: Path = PACKAGE_DIR) -> str:
     if stamp not in _source_memo:
         digest = hashlib.sha256()
         for f in files:
-            digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+            code = comparable_code(f.read_text())
+            digest.update(str(f.relative_to(root)).encode() + b"\0" + code.encode() + b"\0")
         _source_memo.clear()
         _source_memo[stamp] = digest.hexdigest()[:16]
     return _source_memo[stamp]

@@ -10,6 +10,11 @@ Two kinds of check:
 - `report(...)`: something the paper states that we measure and show without a pass/fail,
   such as a discrepancy with the paper or a number the paper gives only qualitatively.
 
+Every check has a stable `id` (e.g. "ce-factor"): lowercase words joined by "-", unique within
+its chapter, the same whatever the parameters. Its `name` is the readable sentence built from it
+(and may quote parameter values). Tolerances, the papers' numbers, the seeds files, the
+scoreboard and `validate` key on the id.
+
 A claim check that did not pass can say why, in `diagnosis` (what happened, with its numbers).
 When the run could not test the claim at all, most often because it did not grok within its step
 cap, the check is `inconclusive`: it reads INCONCLUSIVE instead of FAIL, and still counts as not
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 import time
 from dataclasses import asdict, dataclass
@@ -43,10 +49,20 @@ class Check:
     paper: Any
     inconclusive: bool = False  # the run could not test the claim (e.g. it never grokked)
     diagnosis: str | None = None  # why the check did not pass, in words and numbers
+    id: str | None = None  # stable key, e.g. "ce-factor" (records from before ids have none)
+
+
+CHECK_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
+def _checked_id(check_id: str | None, name: str) -> str | None:
+    if check_id is not None and not CHECK_ID.fullmatch(check_id):
+        raise ValueError(f"check {name!r}: id {check_id!r} must be lowercase words joined by '-'")
+    return check_id
 
 
 def claim(name: str, passed: bool, ours: Any, paper: Any, inconclusive: bool = False,
-          diagnosis: str | None = None) -> Check:
+          diagnosis: str | None = None, *, id: str | None = None) -> Check:
     """An acceptance check. `inconclusive` (which needs a `diagnosis`) marks a check the run
     could not test; it must not also pass."""
     if inconclusive and passed:
@@ -54,11 +70,30 @@ def claim(name: str, passed: bool, ours: Any, paper: Any, inconclusive: bool = F
     if inconclusive and not diagnosis:
         raise ValueError(f"check {name!r}: say why it is inconclusive (diagnosis=...)")
     return Check(name, "claim", bool(passed), _plain(ours), _plain(paper), bool(inconclusive),
-                 diagnosis)
+                 diagnosis, _checked_id(id, name))
 
 
-def report(name: str, ours: Any, paper: Any) -> Check:
-    return Check(name, "report", None, _plain(ours), _plain(paper))
+def report(name: str, ours: Any, paper: Any, *, id: str | None = None) -> Check:
+    return Check(name, "report", None, _plain(ours), _plain(paper), id=_checked_id(id, name))
+
+
+def check_key(check: Check | dict) -> str:
+    """What identifies a check across runs, seeds and commits: its id, or for a record written
+    before checks had ids, its name."""
+    row = check if isinstance(check, dict) else asdict(check)
+    return row.get("id") or row["name"]
+
+
+def unique_ids(checks: list) -> list[str]:
+    """The ids of `checks`, refusing a check without one and an id used twice."""
+    ids = [(c if isinstance(c, dict) else asdict(c)).get("id") for c in checks]
+    missing = [c if isinstance(c, dict) else asdict(c) for c, i in zip(checks, ids) if not i]
+    if missing:
+        raise ValueError(f"check {missing[0]['name']!r} has no id")
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"check id(s) used twice: {', '.join(twice)}")
+    return ids
 
 
 def reproduced(checks: list) -> bool:
@@ -133,6 +168,12 @@ class ChapterRun:
     @property
     def label(self) -> str:
         return self.spec.label
+
+    @property
+    def paper(self) -> dict:
+        """The paper's numbers this chapter compares with, from its `chapter.yaml`'s `paper:`
+        block: {key: PaperNumber(value, band, where, what)}."""
+        return get_chapter(self.chapter).paper
 
     def caption(self) -> str:
         return f"preset {self.label}, seed {self.seed}"

@@ -9,8 +9,8 @@ the same. That code is the chapter's *result code*:
   inside functions included), with each package's `__init__.py` on the way;
 - the chapter's `cpu` preset, `presets/<chapter>/cpu.yaml`.
 
-Python is compared as its syntax tree without docstrings, so comments, docstrings and line
-breaks do not count; the preset as its parsed values, so its comments do not either. Not in it:
+Python is compared as it computes (`runtime.comparable_code`, the run cache's definition too:
+its syntax tree without docstrings), so comments, docstrings and line breaks do not count; the preset as its parsed values, so its comments do not either. Not in it:
 the chapter's `chapter.yaml` (title, claim, input checks, validate's tolerance), the notebook's
 Markdown cells, and the harness, which runs the notebook and writes pages but computes nothing a
 verdict reports unless the notebook imports it (then it is in).
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from ..runtime import PROJECT_ROOT
+from ..runtime import PROJECT_ROOT, comparable_code
 
 PACKAGE, SOURCE = "replicate", "src"
 RESULT_CODE = ("the notebook's code cells, the package modules they import directly or through "
@@ -47,16 +47,6 @@ def _module_path(repo: Path, commit: str, module: str) -> str | None:
         if _show(repo, commit, path) is not None:
             return path
     return None
-
-
-def _without_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-    return tree
 
 
 def _parse(source: str) -> ast.AST | None:
@@ -99,8 +89,7 @@ def result_code(repo: Path, commit: str, chapter: str) -> dict[str, str] | None:
     parts, pending = {}, set()
     for i, cell in enumerate(cells):
         tree = _parse(cell)
-        parts[f"notebook code cell {i + 1}"] = cell if tree is None else ast.dump(
-            _without_docstrings(tree))
+        parts[f"notebook code cell {i + 1}"] = comparable_code(cell)
         pending |= set() if tree is None else _imported(tree, None, False)
     seen = set()
     while pending:
@@ -114,8 +103,9 @@ def result_code(repo: Path, commit: str, chapter: str) -> dict[str, str] | None:
             path = _module_path(repo, commit, name)
             if path is None:  # a name imported from a module, not a module itself
                 continue
-            tree = _parse(_show(repo, commit, path))
-            parts[path] = ast.dump(_without_docstrings(tree)) if tree else _show(repo, commit, path)
+            text = _show(repo, commit, path)
+            tree = _parse(text)
+            parts[path] = comparable_code(text)
             if tree:
                 pending |= _imported(tree, name, path.endswith("__init__.py")) - seen
     preset = _show(repo, commit, f"{SOURCE}/{PACKAGE}/presets/{chapter}/cpu.yaml")
