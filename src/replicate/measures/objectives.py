@@ -1,4 +1,4 @@
-"""Rosenbrock and Rastrigin in log scale, and races of optimisers across them (claim G).
+"""Rosenbrock and Rastrigin in log scale, and races of optimisers across them.
 
 Notsawo et al. minimise log(g(x) + c): the logarithm turns Rosenbrock's banana valley into a
 narrow ravine with a very sharp minimum, and Rastrigin's bumps into sharp local minima.
