@@ -9,6 +9,7 @@ import pytest
 
 from replicate import config as presets
 from replicate.runtime import PROJECT_ROOT
+from replicate.verdict import unique_ids
 from replicate.harness.cli import SANITIZE_FILE
 
 CHAPTERS = list(presets.chapters())
@@ -53,10 +54,18 @@ def test_pages_point_to_nothing_outside_the_book(chapter):
         assert word not in text, f"{chapter} mentions {word!r}; say it in the book's own words"
 
 
+def chapter_module(chapter):
+    """The chapter's judge and figures: experiments/chapters/<name without its number>.py."""
+    return PROJECT_ROOT / "src/replicate/experiments/chapters" / f"{chapter[3:]}.py"
+
+
 def _figures(chapter):
-    """(names shown by plotting.show, names cited with {numref} in the text) of a chapter."""
+    """(names shown by plotting.show, in the notebook or the chapter's module, names cited with
+    {numref} in the text) of a chapter."""
     cells = _cells(chapter)
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    module = chapter_module(chapter)
+    code += module.read_text() if module.exists() else ""
     text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     shown = re.findall(r'plotting\.show\(\s*fig\w*,\s*"(fig-[a-z0-9-]+)"', code)
     return shown, set(re.findall(r"\{numref\}`(fig-[a-z0-9-]+)`", text))
@@ -80,6 +89,22 @@ def test_figure_names_are_unique_across_the_book():
     assert len(names) == len(set(names)) and len(names) >= 30
 
 
+def test_notebooks_are_a_few_visible_calls_and_the_judges_live_in_the_library():
+    """The verdict logic and the figures are library code (experiments/chapters/); a notebook
+    shows the claim, the run, the figures and the verdict in a few visible calls."""
+    lines, long_cells = 0, []
+    for chapter in CHAPTERS:
+        for i, cell in enumerate(_cells(chapter)):
+            if cell["cell_type"] == "code":
+                n = len("".join(cell["source"]).splitlines())
+                lines += n
+                long_cells += [f"{chapter} cell {i}: {n} lines"] if n > 40 else []
+        assert chapter_module(chapter).exists(), f"{chapter} has no judge module"
+        assert "def judge(" in chapter_module(chapter).read_text()
+    assert not long_cells, long_cells
+    assert lines <= 1300, f"{lines} code lines over all notebooks"
+
+
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke")
@@ -95,6 +120,7 @@ def smoke_runs(tmp_path_factory):
 def test_chapter_executes_at_smoke(smoke_runs, chapter):
     record = json.loads((smoke_runs / "results" / f"{chapter}.json").read_text())
     assert record["preset"] == "smoke" and record["checks"]
+    unique_ids(record["checks"])  # every check has a stable id, none used twice
 
 
 def test_nbval_reexecutes_the_smoke_chapters(smoke_runs):
@@ -105,3 +131,17 @@ def test_nbval_reexecutes_the_smoke_chapters(smoke_runs):
                              "--nbval-sanitize-with", str(SANITIZE_FILE), *notebooks],
                             cwd=smoke_runs, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_every_published_check_has_an_id_and_no_record_uses_one_twice():
+    """Tolerances, the paper's numbers, the seeds files and the scoreboard key on the ids."""
+    book = PROJECT_ROOT / "book"
+    records = [*sorted((book / "results").glob("[0-9]*.json")),
+               *sorted((book / "sweeps").glob("*/*/[0-9]*.json"))]
+    records = [p for p in records if not p.name.endswith(".seeds.json")]
+    assert len(records) >= len(CHAPTERS)
+    for path in records:
+        try:
+            unique_ids(json.loads(path.read_text())["checks"])
+        except ValueError as err:
+            raise AssertionError(f"{path.relative_to(PROJECT_ROOT)}: {err}") from None
