@@ -327,10 +327,11 @@ def test_aggregate_collects_the_published_run_and_the_matching_sweep_runs(tmp_pa
 
 
 BREAK_ONE_VALUE = """
-# Loaded at start-up by every Python process of the test's sweep (kernels included): the chapter's
-# log-scale transform fails for one offset, a value that passes every check made before the run.
-import os
-if os.environ.get("REPLICATE_TEST_BREAK"):
+# Loaded at start-up by every Python process of the test's sweep; in the kernels (only there: Ray's
+# own processes must start as fast as ever) the chapter's log-scale transform fails for one offset,
+# a value that passes every check made before the run.
+import os, sys
+if os.environ.get("REPLICATE_TEST_BREAK") and "ipykernel" in " ".join(sys.orig_argv):
     from replicate.measures import objectives
     _log_scale = objectives.log_scale
     def log_scale(g, c):

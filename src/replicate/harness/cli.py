@@ -146,7 +146,8 @@ def cmd_sweep(args) -> int:
             print("sweep interrupted: tasks cancelled, no run folder half-written", file=sys.stderr)
             return 130
         print(f"{len(outcome['done'])} tasks done, {len(outcome['failed'])} failed, in "
-              f"{outcome['wall_s']:.0f} s ({outcome['workers']} slots, {outcome['threads']} thread(s) each)")
+              f"{outcome['wall_s']:.0f} s ({outcome['workers']} slots, {outcome['threads']} thread(s) "
+              f"each; Ray took {outcome['ray_start_s']:.0f} s to start)")
         ran = [e["spec"] for e in outcome["done"] + outcome["failed"]]
         groups = sorted({(s.chapter, s.preset, json.dumps(s.without_seed(), sort_keys=True)) for s in ran})
         groups = [(ch, preset, json.loads(o)) for ch, preset, o in groups]
