@@ -3,8 +3,10 @@ through one loop that submits, waits and cancels (`run_tasks`), and leave nothin
 
 Only Ray's public API: `ray.init` with its documented arguments, `ray.remote(...).options`,
 `ray.wait`, `ray.get`, `ray.cancel`, `ray.shutdown`. A local Ray therefore starts what `ray.init`
-starts (its autoscaler monitor and a minimal API server among them) and waits for its raylet as
-long as Ray does (30 s); on a loaded machine that can time out, so a local start is tried twice.
+starts (its autoscaler monitor and an API server without the web dashboard among them) and waits
+for its raylet as long as Ray does (30 s; the raylet waits 15 s for its agents). On a loaded
+machine that can time out, so a local start is tried twice, and what the first one left running
+is killed before the second (`ray_session`: every process of a local Ray carries its id).
 """
 from __future__ import annotations
 
@@ -142,6 +144,7 @@ def ray_session(address: str | None, slots: int,
 
 
 def first_job(queue: list, running: list) -> int | None:
+    """`run_tasks`'s default order: the jobs as given."""
     return 0
 
 
