@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 HTML = PROJECT_ROOT / "_build" / "html"
@@ -235,7 +235,7 @@ def test_figures_keep_a_readable_size_on_a_phone_and_scroll_inside_the_page(brow
     assert not facts["pageOverflow"]
 
 
-@pytest.mark.parametrize("chapter", list(presets.chapters()))
+@pytest.mark.parametrize("chapter", list(config.chapters()))
 def test_verdict_box_is_first_under_the_title_and_matches_the_results(pages, chapter):
     facts = pages.get(f"book/claims/{chapter}.html")
     if facts is None:
@@ -310,7 +310,7 @@ def test_every_verdict_is_on_screen_on_a_phone(browser, built_book, page):
     rights = tab.evaluate("() => Array.from(document.querySelectorAll('.scoreboard-table "
                           ".verdict-badge')).map(b => b.getBoundingClientRect().right)")
     tab.close()
-    assert len(rights) == len(presets.chapters()) and max(rights) <= 390, rights
+    assert len(rights) == len(config.chapters()) and max(rights) <= 390, rights
 
 
 def test_the_about_page_says_how_to_cite_and_when_it_was_built(pages, built_book):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 
@@ -89,7 +89,7 @@ def test_published_chapters_hold_successful_executions():
         assert (BOOK_DIR / "results" / f"{notebook.stem}.json").exists()
 
 
-MNIST_CHAPTERS = [name for name, ch in presets.chapters().items() if "mnist" in ch.get("datasets", ())]
+MNIST_CHAPTERS = [name for name, ch in config.chapters().items() if "mnist" in ch.get("datasets", ())]
 
 
 @pytest.mark.parametrize("chapter", MNIST_CHAPTERS)
@@ -105,7 +105,7 @@ def test_missing_dataset_fails_before_the_run_with_the_path_it_looked_in(chapter
 
 def test_run_help_lists_the_chapters_and_presets_and_points_to_list():
     out = cli("run", "--help").stdout
-    for ch in presets.chapters().values():
+    for ch in config.chapters().values():
         assert ch.name in out and ", ".join(ch.presets) in out
     assert "list CHAPTER" in out and "--publish" in out and "--allow-dirty" in out
     assert "runs/<chapter>/<preset>" in out
@@ -128,7 +128,7 @@ def test_every_subcommand_says_what_it_does_and_which_environment_it_reads(comma
 
 def test_list_chapter_prints_each_parameter_with_its_type_cpu_value_and_comment():
     out = cli("list", "07_optimizers").stdout
-    cpu = presets.load_preset("07_optimizers", "cpu")
+    cpu = config.load_preset("07_optimizers", "cpu")
     for name, value in cpu.items():
         assert f"  {name}: " in out, f"{name} missing from `list 07_optimizers`"
     # the cpu preset's value, and its comment in cpu.yaml says what it is

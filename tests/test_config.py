@@ -3,21 +3,21 @@ import json
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.config import ConfigError, RunSpec
 from replicate.harness.execute import check_ready
 
 
 def test_every_chapter_has_three_presets_that_validate():
-    chapters = presets.chapters()
+    chapters = config.chapters()
     assert "07_optimizers" in chapters
     for name, ch in chapters.items():
         assert {"smoke", "cpu", "paper"} <= set(ch.presets), name
-        schema = presets.load_preset(name, "cpu")
+        schema = config.load_preset(name, "cpu")
         for preset in ch.presets:
-            values = presets.load_preset(name, preset)
+            values = config.load_preset(name, preset)
             assert set(values) == set(schema), f"{name}/{preset} names other parameters than cpu"
-            presets.validate(name, values)
+            config.validate(name, values)
 
 
 def _parameters_cell(notebook):
@@ -33,34 +33,34 @@ def _parameters_cell(notebook):
 
 def test_the_notebook_takes_one_parameter_the_spec_of_the_book_run():
     # Nothing is listed twice: the parameters live in cpu.yaml; the notebook receives a spec.
-    for ch in presets.chapters().values():
+    for ch in config.chapters().values():
         assert _parameters_cell(ch.notebook) == {"spec": {"preset": "cpu", "overrides": {}}}, ch.name
 
 
 def test_smoke_and_paper_hold_only_what_differs_from_cpu():
-    for name in presets.chapters():
-        cpu = presets._preset_file(name, "cpu")
+    for name in config.chapters():
+        cpu = config._preset_file(name, "cpu")
         for preset in ("smoke", "paper"):
-            delta = presets._preset_file(name, preset)
+            delta = config._preset_file(name, preset)
             same = sorted(k for k in delta if delta[k] == cpu[k])
             assert not same, f"{name}/{preset}.yaml repeats cpu's values of {same}"
 
 
 def test_no_notebook_repeats_a_rule_of_its_chapter_yaml():
-    for ch in presets.chapters().values():
+    for ch in config.chapters().values():
         assert "raise ValueError" not in ch.notebook.read_text(), ch.name
 
 
 def test_every_parameter_says_what_it_is_in_cpu_yaml():
-    notes = presets.parameter_notes("07_optimizers")
+    notes = config.parameter_notes("07_optimizers")
     assert "optimisation steps" in notes["iterations"]
-    assert set(notes) == set(presets.load_preset("07_optimizers", "cpu"))
+    assert set(notes) == set(config.load_preset("07_optimizers", "cpu"))
 
 
 def test_a_spec_keeps_only_real_changes_and_resolves_every_parameter():
     spec = RunSpec.make("07_optimizers", "smoke", {"iterations": 77, "check_lr": 1e-2})
     assert spec.overrides == {"iterations": 77}  # check_lr equals the preset's: no override
-    assert spec.params == {**presets.load_preset("07_optimizers", "smoke"), "iterations": 77}
+    assert spec.params == {**config.load_preset("07_optimizers", "smoke"), "iterations": 77}
     assert spec.label == "smoke + iterations=77" and spec.run_id() == "smoke-seed0-iterations77"
     assert RunSpec.from_record({"chapter": "07_optimizers", **spec.as_parameter()}) == spec
 
@@ -78,65 +78,65 @@ def test_a_seed_outside_what_numpy_takes_is_refused_before_the_kernel(seed):
 
 def test_unknown_chapter_and_preset_list_the_valid_choices():
     with pytest.raises(ConfigError, match="valid chapters: .*07_optimizers"):
-        presets.get_chapter("no_such_chapter")
+        config.get_chapter("no_such_chapter")
     with pytest.raises(ConfigError, match="valid presets: cpu, paper, smoke"):
-        presets.load_preset("07_optimizers", "nope")
+        config.load_preset("07_optimizers", "nope")
 
 
 def test_wrong_names_types_and_signs_are_rejected():
     with pytest.raises(ConfigError, match="valid parameters: .*iterations"):
-        presets.validate("07_optimizers", {"iteration": 10})
+        config.validate("07_optimizers", {"iteration": 10})
     with pytest.raises(ConfigError, match="must be of type int"):
-        presets.validate("07_optimizers", {"iterations": "many"})
+        config.validate("07_optimizers", {"iterations": "many"})
     with pytest.raises(ConfigError, match="must be of type int"):
-        presets.validate("07_optimizers", {"iterations": 2.5})
+        config.validate("07_optimizers", {"iterations": 2.5})
     with pytest.raises(ConfigError, match=r"learning_rates\[0\]' must be of type float"):
-        presets.validate("07_optimizers", {"learning_rates": ["fast"]})
+        config.validate("07_optimizers", {"learning_rates": ["fast"]})
     with pytest.raises(ConfigError, match="positive"):
-        presets.validate("07_optimizers", {"iterations": -5})
-    assert presets.validate("07_optimizers", {"log_offset": 1}) == {"log_offset": 1.0}
+        config.validate("07_optimizers", {"iterations": -5})
+    assert config.validate("07_optimizers", {"log_offset": 1}) == {"log_offset": 1.0}
 
 
 def test_parse_value_reads_numbers_lists_and_strings():
-    assert presets.parse_value("20000") == 20000
-    assert presets.parse_value("1e-3") == 1e-3  # YAML alone would give the string "1e-3"
-    assert presets.parse_value("[0.1, 1]") == [0.1, 1]
-    assert presets.parse_value("true") is True
-    assert presets.parse_value("adam") == "adam"
+    assert config.parse_value("20000") == 20000
+    assert config.parse_value("1e-3") == 1e-3  # YAML alone would give the string "1e-3"
+    assert config.parse_value("[0.1, 1]") == [0.1, 1]
+    assert config.parse_value("true") is True
+    assert config.parse_value("adam") == "adam"
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf"])
 def test_non_finite_numbers_are_rejected(text):
     with pytest.raises(ConfigError, match="finite number.*For example: -p check_lr 0.01"):
-        presets.validate("07_optimizers", {"check_lr": presets.parse_value(text)})
+        config.validate("07_optimizers", {"check_lr": config.parse_value(text)})
     with pytest.raises(ConfigError, match="finite"):
-        presets.validate("07_optimizers", {"learning_rates": presets.parse_value(f"0.1,{text}")})
+        config.validate("07_optimizers", {"learning_rates": config.parse_value(f"0.1,{text}")})
 
 
 def test_parse_value_strings_stay_strings_and_list_items_are_numbers():
-    assert presets.parse_value("*") == "*"
-    assert presets.parse_value("-") == "-"
-    assert presets.parse_value("s5") == "s5"
-    assert presets.parse_value("1e-3,1e-2") == [1e-3, 1e-2]
-    assert presets.parse_value("[1e-3, 0.01]") == [1e-3, 0.01]
-    assert presets.parse_value("[]") == []
-    assert presets.parse_value("sgd,adam") == ["sgd", "adam"]
-    assert presets.parse_value("{mse: [0], ce: [1e-3]}") == {"mse": [0], "ce": [1e-3]}
+    assert config.parse_value("*") == "*"
+    assert config.parse_value("-") == "-"
+    assert config.parse_value("s5") == "s5"
+    assert config.parse_value("1e-3,1e-2") == [1e-3, 1e-2]
+    assert config.parse_value("[1e-3, 0.01]") == [1e-3, 0.01]
+    assert config.parse_value("[]") == []
+    assert config.parse_value("sgd,adam") == ["sgd", "adam"]
+    assert config.parse_value("{mse: [0], ce: [1e-3]}") == {"mse": [0], "ce": [1e-3]}
     for op in ("*", "-", "+"):
-        checked = presets.validate("05_slingshot_hessian", {"operation": presets.parse_value(op)})
+        checked = config.validate("05_slingshot_hessian", {"operation": config.parse_value(op)})
         assert checked == {"operation": op}
-    checked = presets.validate("07_optimizers", {"learning_rates": presets.parse_value("[1e-3, 0.01]"),
+    checked = config.validate("07_optimizers", {"learning_rates": config.parse_value("[1e-3, 0.01]"),
                                                  "check_lr": 0.01})
     assert checked["learning_rates"] == [1e-3, 0.01]
 
 
 def test_bad_values_show_an_example_of_a_good_one():
     with pytest.raises(ConfigError, match=r"For example: -p learning_rates 0.0001,0.0003"):
-        presets.validate("07_optimizers", {"learning_rates": ["fast"]})
+        config.validate("07_optimizers", {"learning_rates": ["fast"]})
     with pytest.raises(ConfigError, match=r"For example: -p iterations 3000"):
-        presets.validate("07_optimizers", {"iterations": "many"})
+        config.validate("07_optimizers", {"iterations": "many"})
     with pytest.raises(ConfigError, match=r"e.g. '\[0.1, 0.2\]'"):
-        presets.parse_value("[1, [2")
+        config.parse_value("[1, [2")
 
 
 def test_ranges_choices_and_rules_between_parameters():
@@ -146,9 +146,9 @@ def test_ranges_choices_and_rules_between_parameters():
     with pytest.raises(ConfigError, match="at least one must be listed"):
         RunSpec.make("07_optimizers", "smoke", {"learning_rates": [0.5, 1.0], "check_lr": 0.5})
     with pytest.raises(ConfigError, match="must be one of \\+, -, \\*, s5"):
-        presets.validate("05_slingshot_hessian", {"operation": "/"})
+        config.validate("05_slingshot_hessian", {"operation": "/"})
     with pytest.raises(ConfigError, match=r"must lie in \(0, 1\)"):
-        presets.validate("05_slingshot_hessian", {"train_fraction": 1.0})
+        config.validate("05_slingshot_hessian", {"train_fraction": 1.0})
     with pytest.raises(ConfigError, match="one step budget per training fraction"):
         RunSpec.make("08_predicting_grokking", "smoke", {"steps": [100]})
     with pytest.raises(ConfigError, match="three different classes"):
@@ -156,16 +156,16 @@ def test_ranges_choices_and_rules_between_parameters():
     with pytest.raises(ConfigError, match="one of lc_radii"):
         RunSpec.make("01_delayed_robustness", "smoke", {"check_radius": 0.07})
     # A rule is checked only once all its parameters are known.
-    assert presets.validate("07_optimizers", {"check_lr": 0.02}) == {"check_lr": 0.02}
+    assert config.validate("07_optimizers", {"check_lr": 0.02}) == {"check_lr": 0.02}
     with pytest.raises(ConfigError, match="must be one of learning_rates"):
         RunSpec.make("07_optimizers", "cpu", {"check_lr": 0.02})
 
 
 def test_every_rule_reads_only_parameters_of_its_chapter():
-    for name, ch in presets.chapters().items():
-        schema = presets.load_preset(name, "cpu")
+    for name, ch in config.chapters().items():
+        schema = config.load_preset(name, "cpu")
         for rule in ch.get("rules", ()):
-            assert presets._rule_names(rule["require"]) <= set(schema), (name, rule)
+            assert config._rule_names(rule["require"]) <= set(schema), (name, rule)
             assert rule.get("because"), (name, rule)
         for pname in [*ch.get("ranges", {}), *ch.get("choices", {})]:
             assert pname in schema, (name, pname)
@@ -194,7 +194,7 @@ def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():
     seed, per value of `by` (a list parameter, one cap per value), or per run of the chapter when
     one cap serves them all, and the margin over the slowest. The preset must keep to it."""
     recorded = 0
-    for name, chapter in presets.chapters().items():
+    for name, chapter in config.chapters().items():
         caps = chapter.get("caps")
         if not caps:
             continue

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from nbval.plugin import get_sanitize_patterns
 
-from replicate import config as presets
-from replicate.harness import cli, drift, seeds
+from replicate import config
+from replicate.harness import cli, drift, seeds, validate
 from replicate.config import RunSpec
 from replicate.verdict import ChapterRun, claim, report
 
@@ -25,7 +25,7 @@ def verdict_text(capsys, checks) -> str:
 
 def sanitized(text: str) -> str:
     """As nbval does with `--nbval-sanitize-with`: each pattern in order."""
-    for regex, replace in get_sanitize_patterns(cli.SANITIZE_FILE.read_text()):
+    for regex, replace in get_sanitize_patterns(validate.SANITIZE_FILE.read_text()):
         text = re.sub(regex, replace, text)
     return text
 
@@ -72,7 +72,7 @@ def test_a_list_of_items_that_grew_reads_the_same_to_nbval_and_drifts_only_by_it
     now["checks"][0]["ours"]["pairs"] = [p + "x" for p in pairs * 4]
     assert drift.compare(published, now) == []
     # a list of numbers is still compared number by number
-    assert presets.counted([1.0, "x"]) == [1.0, "x"] and presets.counted(["x"]) == (
+    assert config.counted([1.0, "x"]) == [1.0, "x"] and config.counted(["x"]) == (
         "1 item (listed in the table below)")
 
 
@@ -118,7 +118,7 @@ def test_a_chapter_can_loosen_its_tolerance_per_check(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "chapter.yaml").write_text("title: t\nclaim: c\ntolerance:\n  rel: 0.02\n"
                                          "  checks:\n    steps: {rel: 0.5}\n")
-    monkeypatch.setattr(presets, "PRESETS_DIR", tmp_path)
+    monkeypatch.setattr(config, "PRESETS_DIR", tmp_path)
     base, per_check = drift.chapter_tolerances(CHAPTER)
     assert (base.rel, base.abs, per_check["steps"].rel) == (0.02, drift.ABS, 0.5)
     published = record()
@@ -140,7 +140,7 @@ def test_validate_prints_the_drift_table_and_fails_beyond_tolerance(tmp_path, mo
             json.dumps(record(loss=0.51, adam=2000)))
         return type("Done", (), {"returncode": 0})()
 
-    monkeypatch.setattr(cli.subprocess, "run", fake_nbval)
+    monkeypatch.setattr(validate.subprocess, "run", fake_nbval)
     code = cli.main(["validate", CHAPTER, "--claims-dir", str(claims), "--results-dir", str(results)])
     out, err = capsys.readouterr()
     assert code == 1 and "beyond tolerance" in err
@@ -212,3 +212,78 @@ def test_the_seeds_spread_is_read_by_the_paths_the_comparison_names(monkeypatch)
 def test_only_the_chapters_whose_runs_diverge_with_reduction_order_use_the_seeds_spread():
     assert all(map(drift.uses_seed_spread, ["01_delayed_robustness", "02_region_migration"]))
     assert not any(map(drift.uses_seed_spread, ["07_optimizers", "no_such_chapter"]))
+
+
+# ------------------------------------------------------------------- checks keyed by their id
+
+
+def with_ids(rec, **ids):
+    """The record with an id on each check named in `ids` (name=id, spaces as underscores)."""
+    rec = copy.deepcopy(rec)
+    for check in rec["checks"]:
+        check["id"] = ids.get(check["name"].replace(" ", "_"), check.get("id"))
+    return rec
+
+
+def test_checks_are_matched_by_id_so_a_renamed_check_is_a_changed_word_not_two_checks():
+    published = with_ids(record(), loss="final-loss", steps="steps-to-minimum")
+    renamed = copy.deepcopy(published)
+    renamed["checks"][1]["name"] = "steps taken"
+    [difference] = drift.compare(published, renamed)
+    assert (difference.check, difference.where, difference.within) == ("steps", "name", False)
+    assert (difference.published, difference.now) == ("steps", "steps taken")
+    # the same name under another id is another check
+    moved = with_ids(published, steps="steps-taken")
+    assert {(d.where, d.published, d.now) for d in drift.compare(published, moved)} == {
+        ("check", "present", "(absent)"), ("check", "(absent)", "present")}
+
+
+def test_a_re_executed_record_without_ids_takes_the_published_ids_by_name():
+    published = with_ids(record(), loss="final-loss", steps="steps-to-minimum")
+    old_run = record(adam=1300)  # an old published notebook re-executed: no ids in its checks
+    assert drift.compare(published, record()) == []  # not "absent" and "present"
+    loose = {"steps-to-minimum": drift.Tolerance(rel=0.5)}
+    assert beyond(published, old_run) == [("steps", "ours.adam")]
+    assert beyond(published, old_run, None, loose) == []  # the id's tolerance reaches it
+    # and the other way round: an old published verdict beside a new run with ids
+    assert beyond(record(), with_ids(old_run, steps="steps-to-minimum"), None, loose) == []
+    assert "id" not in old_run["checks"][0]  # the records themselves are left as they were
+
+
+def test_a_tolerance_key_matches_a_checks_id_or_the_name_of_a_check_without_one():
+    by_id = {"steps-to-minimum": drift.Tolerance(rel=0.5)}
+    by_name = {"steps": drift.Tolerance(rel=0.5)}
+    published = with_ids(record(), steps="steps-to-minimum")
+    now = with_ids(record(adam=1300), steps="steps-to-minimum")
+    assert beyond(published, now, None, by_id) == []
+    assert beyond(record(), record(adam=1300), None, by_name) == []  # records before ids
+    assert beyond(record(), record(adam=1300), None, by_id) == [("steps", "ours.adam")]
+
+
+def test_chapter_tolerances_are_read_by_check_id(tmp_path, monkeypatch):
+    folder = tmp_path / CHAPTER
+    folder.mkdir()
+    (folder / "chapter.yaml").write_text("title: t\nclaim: c\ntolerance:\n"
+                                         "  checks:\n    steps-to-minimum: {rel: 0.5}\n")
+    monkeypatch.setattr(config, "PRESETS_DIR", tmp_path)
+    base, per_check = drift.chapter_tolerances(CHAPTER)
+    published = with_ids(record(), steps="steps-to-minimum")
+    assert beyond(published, record(adam=1300), base, per_check) == []
+
+
+def test_the_seeds_spread_is_keyed_by_id_and_seeds_without_ids_take_it_by_name(monkeypatch):
+    runs = {s: {"record": {"checks": [{"name": f"late at seed {s}" if s else "late",
+                                       "id": "late-onset", "ours": {"on": [100 * (s + 1)]}}]}}
+            for s in range(4)}
+    runs[4] = {"record": {"checks": [{"name": "late", "ours": {"on": [500]}}]}}  # before ids
+    monkeypatch.setattr(drift, "collect_runs", lambda *args: (runs, [], None))
+    spread = drift.seed_spread(CHAPTER)
+    assert spread == {("late-onset", "ours.on[0]"): [100.0, 200.0, 300.0, 400.0, 500.0]}
+    published = {"reproduced": True, "checks": [{"name": "late", "id": "late-onset",
+                                                 "kind": "claim", "passed": True,
+                                                 "ours": {"on": [100]}, "paper": 1}]}
+    now = copy.deepcopy(published)
+    del now["checks"][0]["id"]  # re-executed from the old notebook
+    now["checks"][0]["ours"]["on"][0] = 450
+    [difference] = drift.compare(published, now, spread=spread)
+    assert difference.check == "late" and difference.by_seeds

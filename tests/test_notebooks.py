@@ -7,16 +7,16 @@ import sys
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.runtime import PROJECT_ROOT
+from replicate.harness.validate import SANITIZE_FILE
 from replicate.verdict import unique_ids
-from replicate.harness.cli import SANITIZE_FILE
 
-CHAPTERS = list(presets.chapters())
+CHAPTERS = list(config.chapters())
 
 
 def test_source_notebooks_are_stripped_and_have_a_verdict_cell():
-    for ch in presets.chapters().values():
+    for ch in config.chapters().values():
         nb = json.loads(ch.notebook.read_text())
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
         assert not any(c.get("outputs") for c in code), f"{ch.notebook} carries outputs"
@@ -26,7 +26,7 @@ def test_source_notebooks_are_stripped_and_have_a_verdict_cell():
 
 
 def _cells(chapter):
-    return json.loads(presets.get_chapter(chapter).notebook.read_text())["cells"]
+    return json.loads(config.get_chapter(chapter).notebook.read_text())["cells"]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -44,12 +44,12 @@ def test_source_notebooks_read_well_in_the_book(chapter):
     assert len(save) == 1 and "remove-input" in tags[save[0]], "checks table: output only"
     title = source[0].splitlines()[0]
     assert title.startswith("# ") and "$" not in title and "\\" not in title, "no TeX in titles"
-    assert title[2:] == presets.get_chapter(chapter).title
+    assert title[2:] == config.get_chapter(chapter).title
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_pages_point_to_nothing_outside_the_book(chapter):
-    text = presets.get_chapter(chapter).notebook.read_text()
+    text = config.get_chapter(chapter).notebook.read_text()
     for word in ("CLAIMS.md", "DESIGN.md", "../shared", "the issue"):
         assert word not in text, f"{chapter} mentions {word!r}; say it in the book's own words"
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from replicate import runtime
-from replicate import config as presets
 from replicate.harness import cli, execute, publish
 from replicate.config import RunSpec
 from replicate.verdict import ChapterRun, claim, report

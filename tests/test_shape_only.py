@@ -14,19 +14,19 @@ import time
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.config import RunSpec
 from replicate.runtime import PROJECT_ROOT
 
-SHAPED = [name for name, ch in presets.chapters().items() if ch.get("shape_only")]
+SHAPED = [name for name, ch in config.chapters().items() if ch.get("shape_only")]
 
 
 def test_every_chapter_has_a_valid_shape_only_key():
-    assert SHAPED == list(presets.chapters())
+    assert SHAPED == list(config.chapters())
     for name in SHAPED:
-        overrides = presets.get_chapter(name).get("shape_only")
+        overrides = config.get_chapter(name).get("shape_only")
         RunSpec.shape_only(name)  # the cut-down paper preset is itself valid
-        paper = presets.load_preset(name, "paper")
+        paper = config.load_preset(name, "paper")
         assert overrides and set(overrides) <= set(paper)
         # only cuts: no value above the paper's, no list longer than the paper's
         for key, value in overrides.items():

@@ -6,6 +6,7 @@ The Ray tests run the CLI in a subprocess (a local Ray with 2 slots) on chapter 
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.config import RunSpec
-from replicate.harness import execute, seeds, sweep
+from replicate.harness import execute, lanes, ray_tasks, seeds, sweep
 from replicate.runtime import PROJECT_ROOT
 
 
@@ -32,18 +33,18 @@ def cli(*args, timeout=300, env=None):
 @pytest.mark.parametrize("text, seeds", [("0-4", [0, 1, 2, 3, 4]), ("0,3,7", [0, 3, 7]), ("2", [2]),
                                          ("5-6,1", [1, 5, 6]), ("1,1", [1])])
 def test_parse_seeds(text, seeds):
-    assert presets.parse_seeds(text) == seeds
+    assert config.parse_seeds(text) == seeds
 
 
 @pytest.mark.parametrize("text", ["a", "4-2", "1,,2", "-1"])
 def test_parse_seeds_rejects_bad_input(text):
-    with pytest.raises(presets.ConfigError):
-        presets.parse_seeds(text)
+    with pytest.raises(config.ConfigError):
+        config.parse_seeds(text)
 
 
 def test_values_split_at_top_level_commas_only():
-    assert presets.split_values("1e-3,1e-2") == ["1e-3", "1e-2"]
-    assert presets.split_values("[1.0, 2.0],[3.0, 4.0, 5.0]") == ["[1.0, 2.0]", "[3.0, 4.0, 5.0]"]
+    assert config.split_values("1e-3,1e-2") == ["1e-3", "1e-2"]
+    assert config.split_values("[1.0, 2.0],[3.0, 4.0, 5.0]") == ["[1.0, 2.0]", "[3.0, 4.0, 5.0]"]
 
 
 def test_run_ids_are_deterministic_and_put_the_seed_first():
@@ -57,8 +58,8 @@ def test_run_ids_are_deterministic_and_put_the_seed_first():
 @pytest.mark.parametrize("text, expected", [("0-100000000", "at most 1000 seeds"),
                                             ("4294967296", r"\[0, 2\*\*32 - 1\]")])
 def test_seed_ranges_are_capped_before_anything_is_expanded(text, expected):
-    with pytest.raises(presets.ConfigError, match=expected):
-        presets.parse_seeds(text)
+    with pytest.raises(config.ConfigError, match=expected):
+        config.parse_seeds(text)
 
 
 def test_workers_and_seeds_are_refused_at_once_from_the_command_line(tmp_path):
@@ -89,8 +90,8 @@ def test_a_local_ray_that_fails_to_start_is_retried_once_then_named_in_one_line(
         attempts.append(slots)
         raise TimeoutError("The current node timed out during startup\nmore lines")
 
-    with pytest.raises(presets.ConfigError) as caught:
-        sweep.start_ray(None, 2, start_local=fails)
+    with pytest.raises(config.ConfigError) as caught:
+        ray_tasks.start_ray(None, 2, start_local=fails)
     assert attempts == [2, 2]
     message = str(caught.value)
     assert "did not start, twice" in message and "timed out during startup" in message
@@ -136,7 +137,7 @@ def test_cross_product_is_chapter_x_values_x_seeds():
     (["07_optimizers", "03_centroid_ntk"], [0], "smoke", {"iterations": [100]}, "03_centroid_ntk"),
 ])
 def test_cross_product_validates_everything_first(chapters, seeds, preset, params, expected):
-    with pytest.raises(presets.ConfigError, match=expected):
+    with pytest.raises(config.ConfigError, match=expected):
         sweep.cross_product(chapters, seeds, preset, params)
 
 
@@ -196,11 +197,37 @@ def test_aggregation_numbers_against_a_hand_made_example():
     assert [v["key"] for v in keyed] == ["low"] and keyed[0]["mean"] == pytest.approx(14 / 3, rel=1e-5)
     assert not [v for v in agg["values"] if v["check"] in ("r", "at step 1234")]
     # a check only one seed has is reported, and counts as not passing in the others
-    assert agg["unmatched"] == [{"name": "at step 1234", "seeds": [2]}]
+    assert agg["unmatched"] == [{"id": None, "name": "at step 1234", "seeds": [2]}]
     odd = next(c for c in agg["checks"] if c["name"] == "at step 1234")
     assert (odd["k"], odd["n"]) == (1, 3)
     assert agg["robust"] is False  # 2/3 < 80%
     assert agg["interval"].startswith("95% bootstrap percentile interval")
+
+
+def test_seeds_match_a_check_by_its_id_even_where_its_name_quotes_the_seeds_own_numbers():
+    records = {s: record(s, [True, s != 1], 1.0 + s) for s in range(3)}
+    for s, rec in records.items():
+        rec["checks"][0].update(id="reaches-it")
+        rec["checks"][1].update(id="stays-low", name=f"stays below {10 + s} at the end")
+    agg = seeds.aggregate_records(records)
+    assert agg["unmatched"] == []
+    low = next(c for c in agg["checks"] if c["id"] == "stays-low")
+    assert (low["k"], low["n"], low["name"]) == (2, 3, "stays below 10 at the end")
+    [value] = [v for v in agg["values"] if v["id"] == "stays-low"]
+    assert value["per_seed"] == {"0": 2.0, "1": 4.0, "2": 6.0}
+    assert value["check"] == "stays below 10 at the end"
+    assert next(c for c in agg["checks"] if c["name"] == "r")["id"] is None  # no id: its name
+
+
+def test_a_seed_written_before_ids_joins_the_same_check_of_the_seeds_that_have_them():
+    records = {s: record(s, [True, True], 1.0 + s) for s in range(3)}
+    for s in (1, 2):
+        records[s]["checks"][0]["id"] = "reaches-it"
+    agg = seeds.aggregate_records(records)
+    a = next(c for c in agg["checks"] if c["name"] == "a")
+    assert a["id"] == "reaches-it" and a["per_seed"] == {"0": True, "1": True, "2": True}
+    assert agg["unmatched"] == [] and len(agg["checks"]) == 3
+    assert "id" not in records[0]["checks"][0]  # the records themselves are left as they were
 
 
 def test_the_bootstrap_interval_matches_the_exact_bootstrap_distribution_and_stays_in_range():
@@ -300,10 +327,11 @@ def test_aggregate_collects_the_published_run_and_the_matching_sweep_runs(tmp_pa
 
 
 BREAK_ONE_VALUE = """
-# Loaded at start-up by every Python process of the test's sweep (kernels included): the chapter's
-# log-scale transform fails for one offset, a value that passes every check made before the run.
-import os
-if os.environ.get("REPLICATE_TEST_BREAK"):
+# Loaded at start-up by every Python process of the test's sweep; in the kernels (only there: Ray's
+# own processes must start as fast as ever) the chapter's log-scale transform fails for one offset,
+# a value that passes every check made before the run.
+import os, sys
+if os.environ.get("REPLICATE_TEST_BREAK") and "ipykernel" in " ".join(sys.orig_argv):
     from replicate.measures import objectives
     _log_scale = objectives.log_scale
     def log_scale(g, c):
@@ -347,7 +375,7 @@ def _marked(sweep_id):
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and f"{sweep.MARKER}={sweep_id}".encode() in \
+            if entry.name.isdigit() and f"{ray_tasks.MARKER}={sweep_id}".encode() in \
                     (entry / "environ").read_bytes().split(b"\0"):
                 found.append(int(entry.name))
         except OSError:
@@ -387,14 +415,15 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
     assert set(execute.STAGING_DIR.glob("07_optimizers-*")) <= staging_before
 
 
-def test_the_local_ray_starts_lean_and_stops_without_leftovers():
-    # The sweep's own local Ray: the slots it was asked for, no autoscaler monitor, log monitor
-    # or API server among its processes, and nothing of it left running after the stop.
+def test_the_local_ray_has_the_slots_asked_for_no_web_dashboard_and_leaves_nothing_running():
+    # The sweep's own local Ray, started with ray.init's public arguments: the slots it was asked
+    # for, Ray's API server (which ray.init always starts) without its web front end, and nothing
+    # of it left running after the stop.
     script = """
 import json, os, subprocess
 import ray
-from replicate.harness import sweep
-stop = sweep.start_local_ray(1)
+from replicate.harness import ray_tasks
+stop = ray_tasks.start_local_ray(1)
 cpus = ray.cluster_resources().get("CPU")
 ps = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())], capture_output=True,
                     text=True).stdout.splitlines()
@@ -419,9 +448,25 @@ print(json.dumps({"cpus": cpus, "children": ps, "alive": alive}))
     assert record["cpus"] == 1
     children = " ".join(record["children"])
     assert "raylet" in children and "gcs_server" in children  # the check sees Ray's processes
-    assert "monitor.py" not in children  # neither the autoscaler's nor the log monitor
-    assert "dashboard/dashboard.py" not in children  # nor the API server
+    dashboards = [line for line in record["children"] if "dashboard/dashboard.py" in line]
+    assert all("--disable-frontend" in line for line in dashboards), dashboards
     assert record["alive"] == [], record["alive"]
+
+
+PRIVATE_RAY = re.compile(r"\bray\._private\b|from\s+ray\s+import\s+_private|\bray\._raylet\b")
+
+
+def test_no_harness_module_uses_rays_private_api():
+    # Ray's private modules change without notice from one release to the next.
+    harness = Path(sweep.__file__).parent
+    users = [p.name for p in sorted(harness.glob("*.py")) if PRIVATE_RAY.search(p.read_text())]
+    assert users == []
+
+
+def test_the_check_for_rays_private_api_finds_an_import():
+    assert PRIVATE_RAY.search("from ray._private.node import Node\n")
+    assert PRIVATE_RAY.search("from ray import _private\n")
+    assert not PRIVATE_RAY.search("import ray\nray.init(num_cpus=2)\n")
 
 
 def test_summarise_median_and_range_for_even_and_single_counts():
@@ -469,7 +514,7 @@ def test_chapters_run_longest_first_by_their_last_published_time(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps({"duration_s": seconds}))
     specs = [RunSpec.make(c, "smoke") for c in
              ("07_optimizers", "04_grokalign_speedup", "09_progress_measures")]
-    order = [s.chapter for s in sweep.longest_first(specs, tmp_path)]
+    order = [s.chapter for s in lanes.longest_first(specs, tmp_path)]
     # never published: it may be the longest, so it goes first
     assert order == ["09_progress_measures", "04_grokalign_speedup", "07_optimizers"]
 
@@ -477,23 +522,23 @@ def test_chapters_run_longest_first_by_their_last_published_time(tmp_path):
 def test_a_chapter_that_reuses_anothers_runs_starts_only_once_that_one_has_finished():
     first, second, other = (RunSpec.make(c, "smoke") for c in
                             ("01_delayed_robustness", "02_region_migration", "07_optimizers"))
-    assert presets.get_chapter("02_region_migration").get("runs_after") == first.chapter
+    assert config.get_chapter("02_region_migration").get("runs_after") == first.chapter
     # 02 is first in the queue but waits while 01 is queued or running; 07 goes ahead
-    assert sweep.next_ready([second, first, other], []) == 1
-    assert sweep.next_ready([second, other], [first]) == 1
-    assert sweep.next_ready([second], [first]) is None  # a free lane stays free
-    assert sweep.next_ready([second, other], [other]) == 0  # 01 has finished
+    assert lanes.next_ready([second, first, other], []) == 1
+    assert lanes.next_ready([second, other], [first]) == 1
+    assert lanes.next_ready([second], [first]) is None  # a free lane stays free
+    assert lanes.next_ready([second, other], [other]) == 0  # 01 has finished
     # run without 01 (not in this batch): nothing to wait for
-    assert sweep.next_ready([second], []) == 0
+    assert lanes.next_ready([second], []) == 0
 
 
 def test_without_ray_the_chapters_still_run_one_after_another(tmp_path, monkeypatch, capsys):
     from replicate.harness import cli as command_line
 
     def no_ray(jobs, lanes):
-        raise presets.ConfigError("the local Ray did not start, twice (no room)")
+        raise config.ConfigError("the local Ray did not start, twice (no room)")
     ran = []
-    monkeypatch.setattr(sweep, "run_in_lanes", no_ray)
+    monkeypatch.setattr(lanes, "run_in_lanes", no_ray)
     monkeypatch.setattr(command_line.ex, "execute",
                         lambda spec, claims, results: ran.append(spec.chapter) or (True, "ok"))
     code = command_line.main(["run", "07_optimizers", "09_progress_measures", "--preset", "smoke",

@@ -8,17 +8,17 @@ import sys
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.harness.scoreboard import exercise_labels, render_teaching, write_toc
 from replicate.runtime import PROJECT_ROOT
 
-CHAPTERS = list(presets.chapters())
+CHAPTERS = list(config.chapters())
 EXERCISE = re.compile(r"^(`{3,})\{exercise\}[^\n]*\n:label: (\S+)\n", re.M)
 SOLUTION = re.compile(r"^(`{3,})\{solution\} (\S+)\n((?::[^\n]*\n)*)", re.M)
 
 
 def _markdown(chapter: str) -> str:
-    nb = json.loads(presets.get_chapter(chapter).notebook.read_text())
+    nb = json.loads(config.get_chapter(chapter).notebook.read_text())
     return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
 
 
@@ -52,14 +52,14 @@ def check_command(command: str) -> tuple[str, str, dict]:
             preset = args.pop(0)
         elif word in ("-p", "--param"):
             name, value = args.pop(0), args.pop(0)
-            overrides[name] = presets.parse_value(value)
+            overrides[name] = config.parse_value(value)
         else:
             assert not word.startswith("-"), f"unexpected option {word!r} in {command!r}"
             chapters.append(word)
     assert len(chapters) == 1, f"a solution runs exactly one chapter: {command!r}"
-    presets.get_chapter(chapters[0])
-    presets.load_preset(chapters[0], preset)
-    presets.RunSpec.make(chapters[0], preset, overrides)
+    config.get_chapter(chapters[0])
+    config.load_preset(chapters[0], preset)
+    config.RunSpec.make(chapters[0], preset, overrides)
     return chapters[0], preset, overrides
 
 
@@ -72,7 +72,7 @@ def test_each_chapter_has_two_to_four_exercises_with_collapsed_solutions(chapter
     assert 2 <= len(labels) <= 4, f"{chapter}: {len(labels)} exercises"
     assert len(set(labels)) == len(labels) and all(lb.startswith("ex-") for lb in labels)
     assert set(solutions) == set(labels), f"{chapter}: each exercise needs one solution"
-    assert [lb for lb, _ in exercise_labels(presets.get_chapter(chapter).notebook)] == labels
+    assert [lb for lb, _ in exercise_labels(config.get_chapter(chapter).notebook)] == labels
     runs = 0
     for label in labels:
         options, body = solutions[label]
@@ -94,7 +94,7 @@ def test_the_command_check_refuses_what_run_would_refuse():
                 'python -m replicate run 07_optimizers -p iteration 500',
                 'python -m replicate run 07_optimizers -p iterations 0.5',
                 'python -m replicate run 07_optimizers -p rosenbrock_start fast'):
-        with pytest.raises(presets.ConfigError):
+        with pytest.raises(config.ConfigError):
             check_command(bad)
 
 
@@ -107,7 +107,7 @@ def test_every_solution_command_parses():
 
 def test_exercise_labels_are_unique_across_the_book():
     labels = [lb for ch in CHAPTERS
-              for lb, _ in exercise_labels(presets.get_chapter(ch).notebook)]
+              for lb, _ in exercise_labels(config.get_chapter(ch).notebook)]
     assert len(labels) == len(set(labels))
 
 
@@ -119,7 +119,7 @@ def test_teaching_page_reads_its_runtimes_from_the_results_files(tmp_path):
     (smoke / "07_optimizers.json").write_text(json.dumps(dict(record, duration_s=56.7)))
     claims = tmp_path / "claims"
     claims.mkdir()
-    shutil.copy(presets.get_chapter("07_optimizers").notebook, claims / "07_optimizers.ipynb")
+    shutil.copy(config.get_chapter("07_optimizers").notebook, claims / "07_optimizers.ipynb")
     page = render_teaching(results, smoke, claims)
     row = next(line for line in page.splitlines() if "claims/07_optimizers" in line
                and line.startswith("|"))

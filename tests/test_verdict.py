@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from replicate import config as presets
+from replicate import config
 from replicate.harness import scoreboard
 from replicate.config import RunSpec
 from replicate.verdict import ChapterRun, claim, report
@@ -51,7 +51,7 @@ def test_scoreboard_lists_every_chapter_and_every_check(tmp_path):
     run.save()
     page = scoreboard.render(scoreboard.load_results(tmp_path / "results"))
     assert "verdict-badge not-reproduced" in page and "first check" in page and "a discrepancy" in page
-    for ch in presets.chapters().values():
+    for ch in config.chapters().values():
         assert ch.title in page
 
 

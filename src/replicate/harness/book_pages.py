@@ -11,7 +11,7 @@ import yaml
 
 from ..config import chapters, format_value, label
 from ..runtime import atomic_write
-from ..verdict import inconclusive_count
+from ..verdict import check_key, inconclusive_count
 from .seeds import same_in_every_seed
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
@@ -122,17 +122,24 @@ def table_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") or "—"
 
 
+def value_key(value: dict) -> str:
+    """The check a seeds file's number belongs to, as `verdict.check_key` names a check: its id,
+    or its name in a file written before checks had ids."""
+    return value.get("id") or value["check"]
+
+
 def paper_numbers_lines(chapter: str, seeds: dict) -> list[str]:
     """Our spread across seeds beside each number the paper gives (`paper_numbers` in the
-    chapter's chapter.yaml: the check, the key of its `ours` when it is a mapping, what it is, and
-    the paper's number or [low, high]), read in words by `verdict.against_paper`. Ours is the
-    95% interval of the mean from five seeds on, the range over the seeds below that."""
+    chapter's chapter.yaml: the check, by its id or its name, the key of its `ours` when it is a
+    mapping, what it is, and the paper's number or [low, high]), read in words by
+    `verdict.against_paper`. Ours is the 95% interval of the mean from five seeds on, the range
+    over the seeds below that."""
     from ..verdict import against_paper
     wanted = (chapters().get(chapter) or {}).get("paper_numbers") or []
     rows = []
     for entry in wanted:
-        value = next((v for v in seeds.get("values", []) if v["check"] == entry["check"]
-                      and v.get("key") == entry.get("key")), None)
+        value = next((v for v in seeds.get("values", []) if entry["check"] in (v.get("id"),
+                      v["check"]) and v.get("key") == entry.get("key")), None)
         paper = entry["paper"] if isinstance(entry["paper"], list) else [entry["paper"]] * 2
         paper_text = (format_value(paper[0]) if paper[0] == paper[1]
                       else f"{format_value(paper[0])}–{format_value(paper[1])}")
@@ -171,7 +178,7 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
                            if ok is False and s not in untested)
         k += f" (fails for seed {failed})" if failed else ""
         k += f" (inconclusive for seed {', '.join(sorted(untested, key=int))})" if untested else ""
-        spread = [v for v in values if v["check"] == c["name"] and v.get("sd") is not None]
+        spread = [v for v in values if value_key(v) == check_key(c) and v.get("sd") is not None]
         columns = list(zip(*(seeds_cells(v) for v in spread))) or [(), (), ()]
         mean, interval, median = ("; ".join(filter(None, column)) for column in columns)
         if not (k or mean or interval or median):

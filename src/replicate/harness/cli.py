@@ -10,15 +10,14 @@
     python -m replicate bench
 
 This module is the front end only: it reads the command line into run specs
-(`config.RunSpec`), and hands them to `execute` (one run), `sweep` (many, on Ray), `seeds`
-(across seeds), `bench` and the page writers.
+(`config.RunSpec`), and hands them to `execute` (one run), `lanes` (several chapters at once),
+`sweep` (many runs, on Ray), `seeds` (across seeds), `validate`, `bench` and the page writers.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,10 +28,9 @@ from ..config import (ConfigError, RunSpec, chapters, get_chapter, load_preset, 
                       parse_seeds, parse_value, split_values)
 from ..runtime import BOOK_DIR, PROJECT_ROOT, display_path, git_commit
 from . import execute as ex
-from . import scoreboard, seeds, sweep
-from .drift import chapter_tolerances, compare, seed_spread, uses_seed_spread, table
-
-SANITIZE_FILE = Path(__file__).resolve().parent / "nbval_sanitize.cfg"
+from . import lanes, scoreboard, seeds, sweep
+from .ray_tasks import check_address
+from .validate import validate
 
 
 def _select(names: list[str]) -> list[str]:
@@ -103,14 +101,14 @@ def cmd_run(args) -> int:
         print(message if ok else f"error: {message}\n       the published {page} and its verdict "
               "were left unchanged", file=sys.stdout if ok else sys.stderr)
 
-    lanes, ran = (args.lanes if args.lanes is not None else (os.cpu_count() or 1)), False
-    if lanes > 1 and len(specs) > 1:
-        specs = sweep.longest_first(specs, ex.RESULTS_DIR)
-        lanes = min(lanes, len(specs))
-        print(f"running {len(specs)} chapters in {lanes} lanes of one thread each, longest "
+    at_once, ran = (args.lanes if args.lanes is not None else (os.cpu_count() or 1)), False
+    if at_once > 1 and len(specs) > 1:
+        specs = lanes.longest_first(specs, ex.RESULTS_DIR)
+        at_once = min(at_once, len(specs))
+        print(f"running {len(specs)} chapters in {at_once} lanes of one thread each, longest "
               f"first: {', '.join(s.chapter for s in specs)}", flush=True)
         try:
-            for result in sweep.run_in_lanes([(s, *targets[s.chapter]) for s in specs], lanes):
+            for result in lanes.run_in_lanes([(s, *targets[s.chapter]) for s in specs], at_once):
                 report(result["spec"], result["ok"], result["message"])
             ran = True
         except ConfigError as err:  # Ray cannot start here: the chapters still run, in turn
@@ -138,7 +136,7 @@ def cmd_sweep(args) -> int:
     else:
         specs = sweep.cross_product(args.chapters, parse_seeds(args.seeds), args.preset, values)
         if args.address:
-            sweep.check_address(args.address)
+            check_address(args.address)
         print(f"sweep: {len(specs)} tasks ({', '.join(args.chapters)} at preset {args.preset}, seeds "
               f"{args.seeds}{', ' + str(values) if values else ''}) -> {display_path(sweeps_dir)}",
               flush=True)
@@ -148,7 +146,8 @@ def cmd_sweep(args) -> int:
             print("sweep interrupted: tasks cancelled, no run folder half-written", file=sys.stderr)
             return 130
         print(f"{len(outcome['done'])} tasks done, {len(outcome['failed'])} failed, in "
-              f"{outcome['wall_s']:.0f} s ({outcome['workers']} slots, {outcome['threads']} thread(s) each)")
+              f"{outcome['wall_s']:.0f} s ({outcome['workers']} slots, {outcome['threads']} thread(s) "
+              f"each; Ray took {outcome['ray_start_s']:.0f} s to start)")
         ran = [e["spec"] for e in outcome["done"] + outcome["failed"]]
         groups = sorted({(s.chapter, s.preset, json.dumps(s.without_seed(), sort_keys=True)) for s in ran})
         groups = [(ch, preset, json.loads(o)) for ch, preset, o in groups]
@@ -178,44 +177,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    chosen = _select(args.chapters)
-    ex.repair_book(Path(args.claims_dir), Path(args.results_dir))
-    notebooks = [Path(args.claims_dir) / f"{ch}.ipynb" for ch in chosen]
-    missing = [display_path(nb) for nb in notebooks if not nb.exists()]
-    if missing:
-        raise ConfigError(f"no executed chapter at {', '.join(missing)}; run `python -m replicate run` first")
-    scratch = ex.new_staging("validate")  # removed at the end, or by the next run if killed
-    try:
-        # An empty run cache: validation re-computes every training run, it never re-reads one.
-        env = dict(os.environ, TQDM_DISABLE="1", REPLICATE_RESULTS_DIR=str(scratch),
-                   REPLICATE_CACHE_DIR=str(Path(scratch) / "cache"),
-                   JUPYTER_RUNTIME_DIR=str(Path(scratch) / "runtime"))
-        env.pop("REPLICATE_NO_CACHE", None)
-        code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                               "--nbval-sanitize-with", str(SANITIZE_FILE), *map(str, notebooks)],
-                              env=env, cwd=PROJECT_ROOT).returncode
-        # nbval compared the words; the numbers are compared here, within the stated tolerance.
-        drifted = 0
-        for ch in chosen:
-            published, now = Path(args.results_dir) / f"{ch}.json", Path(scratch) / f"{ch}.json"
-            if not (published.exists() and now.exists()):
-                why = "re-execution wrote none" if published.exists() else "none published"
-                print(f"{ch}: no verdict to compare ({why})")
-                drifted += 1
-                continue
-            # A chapter whose run is another draw on another machine: its seeds' spread counts.
-            spread = (seed_spread(ch, Path(args.results_dir), Path(args.results_dir).parent /
-                                  "sweeps") if uses_seed_spread(ch) else None)
-            differences = compare(json.loads(published.read_text()), json.loads(now.read_text()),
-                                  *chapter_tolerances(ch), spread)
-            print(table(ch, differences))
-            drifted += any(not d.within for d in differences)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    if drifted:
-        print(f"error: {drifted} chapter(s) differ from their published verdict beyond tolerance",
-              file=sys.stderr)
-    return code or (1 if drifted else 0)
+    return validate(_select(args.chapters), Path(args.claims_dir), Path(args.results_dir))
 
 
 def cmd_bench(args) -> int:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Iterable
 
 from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
 from ..runtime import BOOK_DIR, atomic_write, display_path
-from ..verdict import inconclusive_count, reproduced as all_claims_pass
+from ..verdict import check_key, inconclusive_count, reproduced as all_claims_pass
 from .result_code import code_provenance, difference_text
 
 SWEEPS_DIR, RESULTS_DIR = BOOK_DIR / "sweeps", BOOK_DIR / "results"
@@ -142,15 +143,33 @@ def same_in_every_seed(values: list[float], noise: float = 1e-9) -> bool:
     return max(values) - min(values) <= noise * max(abs(v) for v in values) if values else True
 
 
+def ids_by_name(checks: Iterable[dict]) -> dict[str, str]:
+    """{name: id} of the checks that have an id."""
+    return {c["name"]: c["id"] for c in checks if c.get("id")}
+
+
+def with_ids(checks: list[dict], ids: dict[str, str]) -> list[dict]:
+    """The checks, each one without an id given the id `ids` holds for its name: a record written
+    before checks had ids, read beside one written after, then keys on the same id
+    (`verdict.check_key`). Copies: the records stay as they were read."""
+    return [c if c.get("id") or c["name"] not in ids else {**c, "id": ids[c["name"]]}
+            for c in checks]
+
+
 def aggregate_records(records: dict[int, dict], deterministic: bool = False) -> dict:
-    """The across-seed part of a seeds file from {seed: verdict record}. `deterministic`: the
-    chapter says the seed enters nothing it computes (else: every number agrees to rounding)."""
+    """The across-seed part of a seeds file from {seed: verdict record}, each check matched
+    across seeds by its id (a seed written before ids takes the id of the same name in the
+    others), or by its name where no seed has an id. `deterministic`: the chapter says the seed
+    enters nothing it computes (else: every number agrees to rounding)."""
     seeds, n = sorted(records), len(records)
-    names, numbers = {}, {}  # name -> {"kind", "per_seed", ...}; (name, key) -> {seed: number}
+    ids = ids_by_name(c for r in records.values() for c in r.get("checks", []))
+    # found: check key -> {"name", "kind", "per_seed", ...}; numbers: (check key, key) -> {seed: v}
+    found, numbers = {}, {}
     for seed in seeds:
-        for check in records[seed].get("checks", []):
-            entry = names.setdefault(check["name"], {"kind": check["kind"], "per_seed": {},
-                                                     "inconclusive": [], "diagnoses": {}})
+        for check in with_ids(records[seed].get("checks", []), ids):
+            entry = found.setdefault(check_key(check), {
+                "id": check.get("id"), "name": check["name"], "kind": check["kind"],
+                "per_seed": {}, "inconclusive": [], "diagnoses": {}})
             entry["per_seed"][str(seed)] = check["passed"] if check["kind"] == "claim" else None
             if check["kind"] == "claim" and check.get("inconclusive"):
                 entry["inconclusive"].append(seed)
@@ -159,20 +178,21 @@ def aggregate_records(records: dict[int, dict], deterministic: bool = False) -> 
             ours = check.get("ours")
             for key, v in (ours.items() if isinstance(ours, dict) else [(None, ours)]):
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                    numbers.setdefault((check["name"], key), {})[str(seed)] = float(v)
+                    numbers.setdefault((check_key(check), key), {})[str(seed)] = float(v)
     # a seed that lacks a check counts as not passing it
     checks = []
-    for name, e in names.items():
+    for e in found.values():
         k = sum(map(bool, e["per_seed"].values())) if e["kind"] == "claim" else None
         # INCONCLUSIVE seeds count as not passing, as in the run itself: listed, never excused
-        checks.append({"name": name, "kind": e["kind"], "k": k, "n": n,
+        checks.append({"id": e["id"], "name": e["name"], "kind": e["kind"], "k": k, "n": n,
                        "pass_rate_ci95": None if k is None else clopper_pearson(k, n),
                        "per_seed": e["per_seed"], "inconclusive_seeds": e["inconclusive"],
                        "diagnoses": e["diagnoses"]})
-    unmatched = [{"name": name, "seeds": [int(s) for s in e["per_seed"]]}
-                 for name, e in names.items() if len(e["per_seed"]) < n]
-    values = [{"check": name, "key": key, **summarise(list(per_seed.values())),
-               "per_seed": per_seed} for (name, key), per_seed in numbers.items()]
+    unmatched = [{"id": e["id"], "name": e["name"], "seeds": [int(s) for s in e["per_seed"]]}
+                 for e in found.values() if len(e["per_seed"]) < n]
+    values = [{"check": found[check]["name"], "id": found[check]["id"], "key": key,
+               **summarise(list(per_seed.values())), "per_seed": per_seed}
+              for (check, key), per_seed in numbers.items()]
     claims = [c["k"] for c in checks if c["kind"] == "claim"]
     # Nothing the seed reaches: n identical runs are one run, and say nothing about robustness.
     deterministic = n > 1 and (deterministic or all(
