@@ -156,9 +156,9 @@ def figure_all_points(run, rich: dict, lazy: dict) -> None:
                 "rich run's alignment grows. Left: the mean change of the inner product, "
                 "$|\\langle c, x\\rangle_t - \\langle c, x\\rangle_0|$, against the NTK's relative "
                 "change, one marker per checkpoint (log-log); right: the mean label-signed "
-                "alignment $y\\cos(c(x), x)$ against SGD step, with a band from the smallest to the "
-                "largest value over the points. Rich run: blue circles; lazy run: orange squares; "
-                f"means over {signed.shape[1]} tracked training points, {run.caption()}.",
+                "alignment $y\\cos(c(x), x)$ against SGD step, with a band from the smallest to "
+                "the largest value over the points. Rich run: blue circles; lazy run: orange "
+                f"squares; means over {signed.shape[1]} tracked training points, {run.caption()}.",
         alt="Two panels for the rich and the lazy run. Left, a log-log plot of the mean change of "
             "the inner product against the relative change of the NTK, one point per checkpoint; "
             "right, the mean label-signed centroid alignment against SGD step on a logarithmic "

@@ -66,7 +66,8 @@ def judge(p: dict, paper: dict, final: dict, double: dict, momentum_flat_best: f
     checks.append(report("momentum's best distance with c = 1 instead of 1e-8",
                          float(momentum_flat_best), said["momentum-with-offset-one"],
                          id="momentum-with-offset-one"))
-    checks.append(report("Rosenbrock gradient at (-1, 1)", [float(g) for g in gradient_at_minus_one],
+    checks.append(report("Rosenbrock gradient at (-1, 1)",
+                         [float(g) for g in gradient_at_minus_one],
                          said["rosenbrock-gradient-at-minus-one-one"],
                          id="rosenbrock-gradient-at-minus-one-one"))
     return checks
