@@ -79,7 +79,8 @@ def test_outcome_counts_keep_their_order_and_count_absent_outcomes_as_zero():
 def test_a_signature_at_the_bar_with_chance_outside_its_interval_passes(p):
     signature = checks(p, sep=separation(0.8, 0.51))["signature-auroc"]
     assert signature.passed and signature.diagnosis is None
-    assert signature.name.startswith("early-loss signature separates") and ">= 0.8" in signature.name
+    assert signature.name.startswith("early-loss signature separates")
+    assert ">= 0.8" in signature.name
     assert signature.ours["grokked after the window"] == "2/4"
     assert signature.paper == "oscillations early -> grokking later (no number given)"
 
