@@ -111,12 +111,13 @@ def test_the_separation_counts_only_labelled_runs_and_those_grokked_after_the_wi
     table = pd.DataFrame([
         {"outcome": "grokked", "t4": end + 10.0, "signature": 3.0},
         {"outcome": "grokked", "t4": end - 10.0, "signature": 2.0},
+        {"outcome": "grokked", "t4": float(end), "signature": 2.5},  # in the window's last step
         {"outcome": "not grokked", "t4": np.nan, "signature": 1.0},
         {"outcome": "not grokked", "t4": np.nan, "signature": np.nan},  # diverged
         {"outcome": "undecided", "t4": np.nan, "signature": 9.0}])
     sep = chapter.signature_separation(p, table)
     assert sep["both"] and sep["auroc"] == 1.0
-    assert (sep["grokked"], sep["not grokked"], sep["after window"]) == (2, 1, 1)
+    assert (sep["grokked"], sep["not grokked"], sep["after window"]) == (3, 1, 1)
     assert chapter.separation_summary(sep).startswith("AUROC 1.000 (95% bootstrap interval")
 
 
@@ -171,6 +172,12 @@ def test_a_rule_whose_errors_are_all_unknown_states_no_rate(p):
 def test_a_rule_with_errors_states_their_rate(p):
     rule = checks(p, stopping=planted_rule(saved=10, stopped=4, unknown=1, errors=1))
     assert rule["stopping-rule"].ours["error rate (grokked within 3x the budget)"] == "1/3 = 0.33"
+
+
+def test_four_grokked_fit_runs_are_enough_for_the_law(p):
+    stopping = chapter.fit_stopping_rule(p, fit_table(p, [(0.7, None, 4000)]).drop(index=[0]))
+    assert stopping["fitted"] == 4 and stopping["law"] is not None
+    assert chapter.stopping_summary(stopping).endswith("steps saved 2829 of 4000")
 
 
 def test_too_few_grokked_fit_runs_leave_the_rule_untested(p):
