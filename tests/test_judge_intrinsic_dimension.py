@@ -247,6 +247,19 @@ def test_an_id_that_grows_with_r_increases():
     assert trend["hidden/val"].startswith("increases with r (slope 15, Pearson 0.98)")
 
 
+def test_a_flat_trend_does_not_read_as_an_increase():
+    flat = chapter.describe_trend({"logits/val": {"slope per unit r": 0.0, "Pearson": 0.0}})
+    assert flat == {"logits/val": "decreases with r (slope 0, Pearson 0.00)"}
+
+
+def test_two_fractions_are_enough_for_a_trend():
+    checks = judged(events({0.8: law(0.8), 0.9: law(0.9)}))
+    # every ID starts at 10 (1 + r) and the embedding's grows 2.5-fold: 25 (1 + r) at the end
+    assert checks["final-id-trend"].ours["embedding/val"] == ("increases with r (slope 25, "
+                                                             "Pearson 1.00)")
+    assert len(checks["t4-id-trend"].ours) == 6
+
+
 def test_trends_need_two_fractions():
     ev = events({0.9: law(0.9)})
     checks = judged(ev)
