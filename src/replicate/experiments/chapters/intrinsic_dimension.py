@@ -27,7 +27,7 @@ LAYERS = ["embedding", "hidden", "logits"]
 SPLITS = {"train": plotting.SPLIT_COLORS["train"], "val": plotting.SPLIT_COLORS["test"]}
 SYNTHETIC_DIMENSIONS = (2, 5, 10)
 SYNTHETIC_TOLERANCE = 0.10  # relative error allowed on data of known dimension
-MIN_PEARSON = 0.95  # agreement of the two estimators asked for (the paper finds about 0.996)
+MIN_PEARSON = 0.95  # agreement asked of the two estimators (the paper reports a little more)
 MIN_R2 = 0.95  # a power law that explains less of t4(r) than this does not fit
 MIN_FIT_POINTS = 4  # three parameters need at least four fractions
 
