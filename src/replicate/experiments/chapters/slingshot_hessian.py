@@ -356,7 +356,7 @@ def figure_run(chapter_run, run: dict) -> None:
     axes[2].set(yscale="log", ylabel="gradient norm")
     axes[3].plot(steps, run["one_minus_cos"], color="tab:purple", lw=0.8)
     axes[3].set(yscale="log", ylabel=r"$1 - \cos(\theta_t, \theta_{t-1})$", xlabel="step")
-    plotting.steps_axis(axes[3])
+    plotting.steps_axis(axes[3], nbins=6)
     for ax in axes:
         _mark_spikes(ax, run["spikes"], "detected spike" if ax is axes[1] else None, 0.8, 0.5)
         for t in (run["t2"], run["t4"]):
@@ -423,7 +423,7 @@ def figure_hessian(chapter_run, hessian: dict, spikes: list[int]) -> None:
     axes[2].plot(ks, lmin / lmax, "o-", ms=3, color="tab:purple")
     axes[2].set_yscale("symlog", linthresh=1e-4)
     axes[2].set(ylabel=r"$\lambda_{min}/\lambda_{max}$ (symlog)", xlabel="step")
-    plotting.steps_axis(axes[2])
+    plotting.steps_axis(axes[2], nbins=6)
     for ax, values in zip(axes, [lmax, lmin, lmin / lmax]):
         ax.plot(ks[at], values[at], "x", color="tab:red", ms=7,
                 label="checkpoint 0-20 steps after a spike")
@@ -497,7 +497,7 @@ def figure_trajectory(chapter_run, sling: sl.SlingshotRun, traj: dict, grid, sur
     _mark_spikes(axes[0], spikes)
     axes[0].set(xlabel="step", ylabel=r"projection of $\theta_t - \theta_T$",
                 title=f"PCA coordinates (PC1+PC2 = {100 * share:.1f}% of the variance)")
-    plotting.steps_axis(axes[0])
+    plotting.steps_axis(axes[0], nbins=6)
     mesh = axes[1].contourf(a_grid, b_grid, np.log10(surface), levels=30, cmap="viridis")
     fig.colorbar(mesh, ax=axes[1], label="log10 training loss")
     points = axes[1].scatter(alpha, beta, c=row_steps, cmap="autumn", s=8, zorder=3)
@@ -538,7 +538,7 @@ def figure_clipping(chapter_run, unclipped, clipped: dict, ablation: dict) -> No
     axes[0].set(yscale="log", xlabel="step", ylabel="training loss", title="Training loss")
     axes[1].set(xlabel="step", ylabel="validation accuracy", title="Generalisation")
     for ax in axes:
-        plotting.steps_axis(ax)
+        plotting.steps_axis(ax, nbins=6)
     plotting.legend_below(fig, ncol=3)
     spike_counts = ", ".join(f"{row['spikes']} with clipping at {name}"
                              for name, row in ablation.items() if name != "none")
