@@ -57,6 +57,10 @@ def _figures(chapter):
     """(names shown by plotting.show, names cited with {numref} in the text) of a chapter."""
     cells = _cells(chapter)
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    # A chapter's figures may be drawn by its module in experiments/chapters/ (named without the
+    # number: 01_delayed_robustness -> delayed_robustness.py).
+    module = PROJECT_ROOT / "src/replicate/experiments/chapters" / f"{chapter[3:]}.py"
+    code += module.read_text() if module.exists() else ""
     text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     shown = re.findall(r'plotting\.show\(\s*fig\w*,\s*"(fig-[a-z0-9-]+)"', code)
     return shown, set(re.findall(r"\{numref\}`(fig-[a-z0-9-]+)`", text))
