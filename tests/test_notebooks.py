@@ -4,10 +4,12 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from replicate import config as presets
+from replicate.experiments import chapters as chapters_package
 from replicate.runtime import PROJECT_ROOT
 from replicate.harness.cli import SANITIZE_FILE
 
@@ -54,9 +56,13 @@ def test_pages_point_to_nothing_outside_the_book(chapter):
 
 
 def _figures(chapter):
-    """(names shown by plotting.show, names cited with {numref} in the text) of a chapter."""
+    """(names shown by plotting.show, names cited with {numref} in the text) of a chapter: the
+    notebook's code and its chapter module's (experiments/chapters/<slug>.py), where its figure
+    helpers live."""
     cells = _cells(chapter)
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    module = Path(chapters_package.__file__).parent / f"{chapter.split('_', 1)[1]}.py"
+    code += module.read_text() if module.exists() else ""
     text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     shown = re.findall(r'plotting\.show\(\s*fig\w*,\s*"(fig-[a-z0-9-]+)"', code)
     return shown, set(re.findall(r"\{numref\}`(fig-[a-z0-9-]+)`", text))
