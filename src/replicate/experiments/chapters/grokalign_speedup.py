@@ -10,9 +10,9 @@ The chapter trains three families of runs, all read here as plain dicts of array
   the two runs' robustness onsets (`counts`, from `grokalign.earlier_onsets`).
 
 The paper's numbers come from the chapter.yaml's `paper:` block (`run.paper`): the speed-ups in
-updates with cross-entropy (`ce-factor`, mean and mean +- s.d.) and with the squared error
-(`mse-factor`, a mean without a spread), the wall-clock gain with cross-entropy (`ce-time`) and the
-seeds per loss of the paper's study (`seeds`).
+updates with cross-entropy (`ce-factor`: its mean, and mean +- s.d. as its band) and with the
+squared error (`mse-factor`, a mean without a spread), the wall-clock gain with cross-entropy
+(`ce-time`) and the seeds per loss of the paper's study (`seeds`).
 """
 from __future__ import annotations
 
