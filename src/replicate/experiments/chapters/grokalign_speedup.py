@@ -93,7 +93,8 @@ def speedup_band(paper: dict, loss: str) -> tuple[float, float]:
 
 
 def paper_text(paper: dict, loss: str) -> str:
-    """The paper's speed-up for `loss` in words, e.g. '1.69x (10 seeds, paper's code)'."""
+    """The paper's speed-up for `loss` in words: 'mean x ± s.d. (n seeds, paper's code)', without
+    the s.d. where the paper gives none."""
     number = paper[factor_key(loss)]
     sd = f" ± {spread(number):g}" if spread(number) else ""
     return f"{number.value:g}x{sd} ({paper['seeds'].value} seeds, paper's code)"
