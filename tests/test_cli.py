@@ -166,3 +166,34 @@ def test_an_mnist_file_that_is_not_a_file_is_refused_in_one_line(make, tmp_path,
                               str(tmp_path / "claims"), env=env)
     assert outcome == {"code": 2, "torch": False, "kernel": False}, stderr
     assert "t10k-labels-idx1-ubyte.gz" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_publish_at_paper_puts_the_pair_in_results_paper_and_never_over_the_books_chapter(
+        tmp_path, monkeypatch):
+    from replicate.harness import cli as cli_module
+    from replicate.harness import execute as ex
+
+    went = {}
+    monkeypatch.setattr(ex, "execute", lambda spec, claims, results, **kw: (
+        went.update({spec.preset: (Path(claims), Path(results))}) or (True, "done")))
+    assert cli_module.main(["run", "07_optimizers", "--preset", "paper", "--publish",
+                            "--results-dir", str(tmp_path)]) == 0
+    assert went["paper"] == (tmp_path / "paper", tmp_path / "paper")
+    # the cpu preset's publication is the book's chapter, as before
+    assert cli_module.main(["run", "07_optimizers", "--publish", "--allow-dirty",
+                            "--results-dir", str(tmp_path)]) == 0
+    assert went["cpu"] == (ex.CLAIMS_DIR, tmp_path)
+
+
+def test_a_copy_without_git_history_records_the_commit_its_sender_named(monkeypatch):
+    from replicate import verdict
+
+    monkeypatch.setattr(verdict, "git_commit", lambda: "unknown")
+    monkeypatch.delenv(verdict.COMMIT_ENV, raising=False)
+    assert verdict.sent_commit() == {}
+    monkeypatch.setenv(verdict.COMMIT_ENV, "0123456789ab")
+    assert verdict.sent_commit() == {"git_commit": "0123456789ab", "dirty": False,
+                                     "git_commit_from": verdict.COMMIT_ENV}
+    # where git answers, the environment is ignored
+    monkeypatch.setattr(verdict, "git_commit", lambda: "fedcba987654")
+    assert verdict.sent_commit() == {}

@@ -174,9 +174,13 @@ def test_every_rule_reads_only_parameters_of_its_chapter():
 
 
 def test_data_capacity_and_readability_fail_before_the_kernel(tmp_path, monkeypatch, data_dir):
-    # Chapter 03's paper preset asks for 512 digits per class; the offline split has fewer zeros.
-    with pytest.raises(ConfigError, match=r"512 digits per class .*only \d+ of digit 0.*would go in"):
-        check_ready(RunSpec.make("03_centroid_ntk", "paper"))
+    # More digits per class than the offline split holds, asked with -p, is refused at once.
+    with pytest.raises(ConfigError, match=r"600 digits per class .*only \d+ of digit 0.*would go in"):
+        check_ready(RunSpec.make("03_centroid_ntk", "cpu", {"n_per_class": 600}))
+    with pytest.raises(ConfigError, match=r"600 digits per class"):
+        check_ready(RunSpec.make("03_centroid_ntk", "paper", {"n_per_class": 600}))
+    # The paper preset's own 512 is not refused: the run lowers it (next test).
+    check_ready(RunSpec.make("03_centroid_ntk", "paper"))
     check_ready(RunSpec.make("03_centroid_ntk", "cpu"))
     # A corrupt file is named before anything runs.
     import shutil
@@ -187,6 +191,23 @@ def test_data_capacity_and_readability_fail_before_the_kernel(tmp_path, monkeypa
     monkeypatch.setenv("REPLICATE_DATA_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="t10k-images-idx3-ubyte.gz"):
         check_ready(RunSpec.make("01_delayed_robustness", "smoke"))
+
+
+def test_the_paper_preset_uses_the_most_digits_the_split_holds_and_records_what_it_lowered(data_dir):
+    from replicate.data import training_labels
+    from replicate.verdict import fit_to_mnist_split
+
+    labels, source = training_labels(download=False)
+    zeros, ones = int((labels == 0).sum()), int((labels == 1).sum())
+    assert source == "offline" and min(zeros, ones) < 512  # the committed split: fewer than asked
+    params, limits = fit_to_mnist_split(RunSpec.make("03_centroid_ntk", "paper"))
+    assert params["n_per_class"] == min(zeros, ones)
+    assert limits == {"n_per_class": {"asked": 512, "used": min(zeros, ones), "why": limits[
+        "n_per_class"]["why"]}} and "offline split" in limits["n_per_class"]["why"]
+    # Other presets, and a count the split can supply, are left as they are.
+    for spec in [RunSpec.make("03_centroid_ntk", "cpu"), RunSpec.make("01_delayed_robustness", "paper"),
+                 RunSpec.make("03_centroid_ntk", "paper", {"n_per_class": 100})]:
+        assert fit_to_mnist_split(spec) == (dict(spec.params), {})
 
 
 def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():

@@ -323,6 +323,27 @@ def test_aggregate_collects_the_published_run_and_the_matching_sweep_runs(tmp_pa
     assert seeds.load_seeds("03_centroid_ntk", results) is None
 
 
+def test_the_paper_presets_published_run_and_seeds_file_live_in_results_paper(tmp_path):
+    paper = RunSpec.make("07_optimizers", "paper").params
+    results, sweeps = tmp_path / "results", tmp_path / "sweeps"
+    for path, rec in [(results / "07_optimizers.json", record(0, [True, True], 1.0)),
+                      (results / "paper" / "07_optimizers.json",
+                       record(0, [False, True], 5.0, preset="paper", params=paper)),
+                      (sweeps / "07_optimizers" / "paper-seed1" / "07_optimizers.json",
+                       record(1, [True, True], 7.0, preset="paper", params={**paper, "seed": 1}))]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+    agg = seeds.aggregate("07_optimizers", "paper", results_dir=results, sweeps_dir=sweeps)
+    assert agg["seeds"] == [0, 1] and agg["published"]["included"] is True
+    assert agg["runs"][0]["source"].endswith("results/paper/07_optimizers.json")
+    assert seeds.write_seeds("07_optimizers", "paper", results_dir=results, sweeps_dir=sweeps) == \
+        results / "paper" / "07_optimizers.seeds.json"
+    assert not (results / "07_optimizers.seeds.json").exists()  # the book's own is not touched
+    assert seeds.published_dir("smoke", results) is None
+    assert seeds.seeds_path("07_optimizers", "smoke", {}, results, sweeps) == \
+        sweeps / "07_optimizers" / "smoke.seeds.json"
+
+
 # ------------------------------------------------------------------------------- with Ray
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from . import training
 from .config import RunSpec, counted, format_value, get_chapter
 from .runtime import (atomic_write, cost_since, cost_snapshot, describe_device, display_path,
-                      provenance, results_dir, seed_everything)
+                      git_commit, provenance, results_dir, seed_everything)
 
 RESULTS_SHOWN_ENV = "REPLICATE_RESULTS_SHOWN"  # set by `run`: where the verdict went ("": the book)
 WIDTH = 96  # printed lines fit the book's text column
@@ -154,7 +154,9 @@ class ChapterRun:
 
     def __init__(self, spec: RunSpec):
         self.spec = spec
-        self.params = spec.params
+        # The `paper` preset asks for what the paper used; where the MNIST split at hand holds
+        # fewer digits, the run uses the most it can and records that (`data_limits`).
+        self.params, self.data_limits = fit_to_mnist_split(spec)
         self.seed = spec.seed
         self.chapter = spec.chapter
         self.checks: list[Check] | None = None
@@ -218,7 +220,9 @@ class ChapterRun:
             "runs": {k: training.CACHE_STATS[k] - self._cache_at_start.get(k, 0)
                      for k in ("reused", "computed")},
             **provenance(),  # git_commit, dirty, torch, cpu_capability or gpu
+            **sent_commit(),
             "params": self.params,
+            **({"data_limits": self.data_limits} if self.data_limits else {}),
         }
 
     def save(self) -> str:
@@ -234,6 +238,51 @@ class ChapterRun:
             print(f"Verdict written to {shown}.")
         _display_checks(record["checks"])
         return str(path)
+
+
+COMMIT_ENV = "REPLICATE_GIT_COMMIT"
+
+
+def sent_commit() -> dict:
+    """On a machine that was sent a copy of the project without its git history (a borrowed GPU
+    machine), `git_commit` reads "unknown"; the sender, which checked the copy against its commit
+    first, names that commit in $REPLICATE_GIT_COMMIT. Used only where git cannot answer, and the
+    record says where the commit came from."""
+    sent = os.environ.get(COMMIT_ENV, "").strip()
+    if not sent or git_commit() != "unknown":
+        return {}
+    return {"git_commit": sent, "dirty": sent.endswith("+dirty"), "git_commit_from": COMMIT_ENV}
+
+
+def fit_to_mnist_split(spec: RunSpec) -> tuple[dict, dict]:
+    """(params, limits): the run's parameters, with every MNIST count that the `paper` preset asks
+    for and the training digits at hand cannot supply (`data_needs` in chapter.yaml) lowered to
+    the most they can, and what was lowered: {name: {"asked", "used", "why"}}. Only the `paper`
+    preset's own values are lowered: a count given with -p, or a count at another preset, is
+    refused before the run starts (`execute.check_ready`)."""
+    ch = get_chapter(spec.chapter)
+    needs = {k: v for k, v in ch.get("data_needs", {}).items() if k in ("n_train", "n_per_class")}
+    params = dict(spec.params)
+    if spec.preset != "paper" or "mnist" not in ch.get("datasets", ()) or not needs:
+        return params, {}
+    from .data import training_labels
+    labels, source = training_labels(download=False)
+    classes = tuple(ch.get("data_needs", {}).get("classes", range(10)))
+    room = {"n_train": len(labels), "n_per_class": min(int((labels == c).sum()) for c in classes)}
+    limits = {}
+    for need, name in needs.items():
+        if name in spec.overrides or params[name] <= room[need]:
+            continue
+        where = ("the offline split of MNIST's official test set" if source == "offline"
+                 else "MNIST's training set")
+        limits[name] = {"asked": params[name], "used": room[need],
+                        "why": f"{where} holds {room[need]}"
+                               + (" of the scarcest digit" if need == "n_per_class" else " digits")}
+        params[name] = room[need]
+    for name, limit in limits.items():
+        print(_wrap(f"{name}: the paper's {limit['asked']} lowered to {limit['used']} "
+                    f"({limit['why']})", "data: ", "  "))
+    return params, limits
 
 
 def _display_checks(checks: list[dict]) -> None:

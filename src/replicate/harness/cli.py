@@ -77,6 +77,9 @@ def cmd_run(args) -> int:
         if args.claims_dir:
             claims = Path(args.claims_dir)
             targets[spec.chapter] = claims, Path(args.results_dir or claims)
+        elif args.publish and spec.preset == "paper" and not spec.overrides:
+            paper = Path(args.results_dir or ex.RESULTS_DIR) / "paper"
+            targets[spec.chapter] = paper, paper
         elif args.publish or ex.is_book_run(spec):
             targets[spec.chapter] = ex.CLAIMS_DIR, Path(args.results_dir or ex.RESULTS_DIR)
         else:
@@ -196,6 +199,7 @@ ENVIRONMENT = """environment variables read:
   REPLICATE_NO_DOWNLOAD  set to 1 to never download a dataset
   REPLICATE_DEVICE       force a device (e.g. cpu on a GPU machine); default: CUDA if present
   REPLICATE_RUNS_DIR     where runs that are not published go (default: runs/ in the project)
+  REPLICATE_GIT_COMMIT   the commit a copy without git history was sent from (recorded, marked so)
   OMP_NUM_THREADS        threads per process (one per chapter is fastest on a busy machine)
 set for the kernel: REPLICATE_RESULTS_DIR (staging), TQDM_DISABLE=1, JUPYTER_RUNTIME_DIR"""
 
@@ -205,7 +209,8 @@ HELP = {  # (one-line help, description) of each command
              "(name, type, cpu value, what it is), read from its cpu.yaml. Reads no environment variables."),
     "run": ("execute chapters (the book's preset into book/, others into runs/)",
             "Execute chapters (all if none named). The executed notebook and its verdict are put in place "
-            "together only when every cell succeeded. Preset cpu without -p publishes into book/ (refused "
+            "together only when every cell succeeded. Preset cpu without -p publishes into book/, preset paper "
+            "with --publish beside it into book/results/paper/ (both refused "
             "from uncommitted code unless --allow-dirty); any other run writes to runs/<chapter>/<preset>"
             "[-<hash of the -p values>]/ unless --publish is given. Ctrl-C or SIGTERM stops the kernel and "
             "leaves the published chapter as it was."),
@@ -258,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preset", default=None, help="smoke, cpu (default) or paper")
     run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                      help="override one parameter, e.g. -p iterations 5000 (repeatable)")
-    run.add_argument("--publish", action="store_true", help="put this run into book/ whatever its preset")
+    run.add_argument("--publish", action="store_true", help="put this run into book/ whatever its preset (paper: beside the book, in book/results/paper/)")
     run.add_argument("--allow-dirty", action="store_true",
                      help="publish from uncommitted code (the verdict records the commit as +dirty)")
     run.add_argument("--shape-only", action="store_true",

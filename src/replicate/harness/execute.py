@@ -29,6 +29,9 @@ from .seeds import load_seeds
 STAGING_DIR = PROJECT_ROOT / ".cache" / "staging"
 KERNEL_CONFIG = Path(__file__).resolve().parent / "kernel_quiet.py"
 CLAIMS_DIR, RESULTS_DIR, JUDGING_DIR = BOOK_DIR / "claims", BOOK_DIR / "results", BOOK_DIR / "judging"
+# The `paper` preset's published runs: notebook and verdict side by side, outside the book's
+# table of contents; the chapter's page and the scoreboard read the verdict from there.
+PAPER_DIR = RESULTS_DIR / "paper"
 PUBLISHED: list[str] = []  # chapters put into place by this process (the truth after a signal)
 
 
@@ -39,7 +42,11 @@ def check_ready(spec: RunSpec) -> None:
     if not ch.notebook.exists():
         raise ConfigError(f"chapter {ch.name} has no notebook at {display_path(ch.notebook)}")
     if "mnist" in ch.get("datasets", ()):
-        needs = ch.get("data_needs", {})
+        needs = dict(ch.get("data_needs", {}))
+        # The paper preset's own counts are lowered to what the split holds when the run starts
+        # (`verdict.fit_to_mnist_split`, recorded in the verdict); counts given with -p are not.
+        if spec.preset == "paper":
+            needs = {k: v for k, v in needs.items() if k == "classes" or v in spec.overrides}
         try:
             data.check_mnist_files(data.require_mnist())
             data.check_mnist_capacity(

@@ -1,6 +1,7 @@
 """The verdict across seeds: which runs belong together (a group: one chapter, preset and set of
-non-seed overrides), and their statistics. Only the book's own group (preset `cpu`, no overrides)
-is written beside the published verdict, so a sweep at `smoke` or with `-p` never touches it.
+non-seed overrides), and their statistics. Only a published group (preset `cpu` or `paper`, no
+overrides) is written beside its published verdict (`published_dir`), so a sweep at `smoke` or
+with `-p` never touches it.
 """
 from __future__ import annotations
 
@@ -24,6 +25,17 @@ INTERVAL = (f"95% bootstrap percentile interval of the mean ({BOOTSTRAP_RESAMPLE
             f"with fewer than {MIN_SEEDS_FOR_INTERVAL} seeds only the median and the range)")
 
 
+PUBLISHED_PRESETS = {SCHEMA_PRESET: "", "paper": "paper"}  # preset: its folder in results/
+
+
+def published_dir(preset: str, results_dir: Path = RESULTS_DIR) -> Path | None:
+    """Where a preset's published run (`run --publish`) and its seeds file live: the book's own
+    in `results/`, the paper preset's in `results/paper/`; None for a preset never published."""
+    if preset not in PUBLISHED_PRESETS:
+        return None
+    return Path(results_dir) / PUBLISHED_PRESETS[preset]
+
+
 def group_of(record: dict) -> tuple[str, str, str] | None:
     """(chapter, preset, non-seed overrides as JSON) of a verdict or task record, or None."""
     try:
@@ -38,7 +50,8 @@ def collect_runs(chapter: str, preset: str, overrides: dict, results_dir: Path =
     """The group's runs by seed, failed tasks no run replaced, and a note on the published run."""
     wanted = (chapter, preset, json.dumps(overrides, sort_keys=True))
     runs, note = {}, None
-    published, folder = Path(results_dir) / f"{chapter}.json", Path(sweeps_dir) / chapter
+    folder = Path(sweeps_dir) / chapter
+    published = (published_dir(preset, results_dir) or Path(results_dir)) / f"{chapter}.json"
     if published.exists():
         record, source = json.loads(published.read_text()), display_path(published)
         if group_of(record) == wanted:
@@ -219,7 +232,8 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
     runs, failed, note = collect_runs(chapter, preset, spec.overrides, results_dir, sweeps_dir)
     body = aggregate_records({seed: run["record"] for seed, run in runs.items()},
                              bool(get_chapter(chapter).get("deterministic")))
-    publication = Path(results_dir) / f"{chapter}.json"
+    home = published_dir(preset, results_dir) or Path(results_dir)
+    publication = home / f"{chapter}.json"
     published = json.loads(publication.read_text()).get("git_commit") if publication.exists() else None
     return {"chapter": chapter, "preset": preset, "overrides": spec.overrides, **body,
             "code": code_provenance(chapter, runs, published),
@@ -233,8 +247,9 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
 def seeds_path(chapter: str, preset: str, overrides: dict, results_dir: Path = RESULTS_DIR,
                sweeps_dir: Path = SWEEPS_DIR) -> Path:
     """`book/results/<chapter>.seeds.json` for the book's group; any other in its sweeps folder."""
-    if preset == SCHEMA_PRESET and not overrides:
-        return Path(results_dir) / f"{chapter}.seeds.json"
+    home = published_dir(preset, results_dir)
+    if home is not None and not overrides:
+        return home / f"{chapter}.seeds.json"
     name = RunSpec.make(chapter, preset, overrides).run_id(with_seed=False)
     return Path(sweeps_dir) / chapter / f"{name}.seeds.json"
 
