@@ -248,10 +248,30 @@ def test_scoreboard_opens_with_the_headline_and_a_short_row_per_chapter(tmp_path
     page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path)
     assert "**0 of the 1 claims run so far reproduced** at preset `cpu`" in page
     row = _row(page, "07 · Optimisers on ravines")
-    assert row.count("|") == 6 and "verdict-badge not-reproduced" in row
-    assert "| 1/2 | 1/3 not robust | 49 s |" in row
+    assert row.count("|") == 7 and "verdict-badge not-reproduced" in row
+    assert "| 1/2 | 1/3 not robust | 49 s | not executed" in row
     assert RECORD["claim"] not in row and RECORD["claim"] in page  # the claim is further down
     assert "not yet run" in _row(page, "03 · Centroid alignment vs NTK")
+
+
+def test_the_paper_verdict_stands_beside_the_cpu_one_with_its_seeds_device_and_data_limits(tmp_path):
+    paper = dict(RECORD, preset="paper", reproduced=True, duration_s=312.0, gpu="NVIDIA H200",
+                 device="cuda (NVIDIA H200)", checks=[dict(RECORD["checks"][0])],
+                 data_limits={"n_per_class": {"asked": 512, "used": 500, "why": "the split holds 500"}})
+    paper_seeds = dict(SEEDS, preset="paper", reproduced={"k": 4, "n": 5})
+    page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path,
+                             {"07_optimizers": (paper, paper_seeds)})
+    row = _row(page, "07 · Optimisers on ravines")
+    assert row.endswith("| reproduced, 1/1, 4/5 seeds; NVIDIA H200, 312 s |")
+    assert "not executed" in _row(page, "03 · Centroid alignment vs NTK")
+    line = book_pages.paper_summary("07_optimizers", paper, None)
+    assert line.startswith("reproduced, 1/1 claim checks pass, seed 0; 312 s on cuda (NVIDIA H200)")
+    assert "n_per_class 500 where the paper has 512 (the split holds 500)" in line
+    box = book_pages.verdict_box(RECORD, SEEDS, None, line)
+    assert "**At the paper's settings** (preset `paper`). Reproduced, 1/1" in box
+    assert "At the paper's settings" not in book_pages.verdict_box(RECORD, SEEDS, None)
+    # where it has not run, the chapter's measured estimate, if it has one
+    assert book_pages.paper_summary("07_optimizers", None, None).startswith("not executed")
 
 
 def test_the_intro_summary_goes_under_the_title_and_is_replaced_not_repeated(tmp_path):
@@ -273,7 +293,7 @@ def test_published_scoreboard_and_intro_match_the_results_files(tmp_path):
     results = BOOK_DIR / "results"
     found = {ch: s for ch in config.chapters() if (s := load_seeds(ch, results))}
     assert (BOOK_DIR / "scoreboard.md").read_text() == scoreboard.render(
-        scoreboard.load_results(results), found, BOOK_DIR / "claims")
+        scoreboard.load_results(results), found, BOOK_DIR / "claims", scoreboard.load_papers(results))
     intro = tmp_path / "intro.md"
     intro.write_text((BOOK_DIR / "intro.md").read_text())
     scoreboard.write_intro_summary(results, intro, BOOK_DIR / "claims")

@@ -5,6 +5,7 @@ title (claim, verdict of the published run, result across seeds) and the across-
 page always agrees with the results files."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -63,7 +64,42 @@ def runtime_text(record: dict) -> str:
     return text
 
 
-def verdict_box(record: dict, seeds: dict | None, judged_label: str | None) -> str:
+def load_paper(chapter: str, results_dir: Path) -> tuple[dict | None, dict | None]:
+    """(verdict, seeds file) of the chapter's published `paper` run (`results/paper/`), each None
+    where there is none."""
+    folder = Path(results_dir) / "paper"
+    found = [folder / f"{chapter}{suffix}" for suffix in (".json", ".seeds.json")]
+    return tuple(json.loads(f.read_text()) if f.exists() else None for f in found)
+
+
+def short_device(record: dict) -> str:
+    """'NVIDIA H200' for a GPU run, 'CPU' otherwise: the device a reader compares."""
+    return record.get("gpu") or ("CPU" if str(record.get("device", "")).startswith("cpu")
+                                 else str(record.get("device", "")))
+
+
+def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
+                  short: bool = False) -> str:
+    """The verdict at the paper's own settings, in one line: its words, claim checks, seeds, device
+    and time; or, where the paper preset has not been executed, how long it would take (the
+    chapter.yaml's `paper_time`, from measured step times)."""
+    if paper is None:
+        estimate = chapters()[chapter].get("paper_time")
+        return f"not executed{': ' + estimate['estimate'] if estimate else ''}"
+    passed, total = claim_counts(paper)
+    word = "reproduced" if paper["reproduced"] else "not reproduced"
+    across = (f", {paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds"
+              if paper_seeds else ", seed " + str(paper["seed"]))
+    if short:
+        return f"{word}, {passed}/{total}{across}; {short_device(paper)}, {paper['duration_s']:.0f} s"
+    limits = "; ".join(f"{name} {v['used']} where the paper has {v['asked']} ({v['why']})"
+                       for name, v in (paper.get("data_limits") or {}).items())
+    return (f"{word}, {passed}/{total} claim checks pass{across}; {runtime_text(paper)} on "
+            f"{paper['device']}, commit `{paper['git_commit']}`" + (f". Data: {limits}" if limits else ""))
+
+
+def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
+                paper_line: str | None = None) -> str:
     passed, total = claim_counts(record)
     word, style = ("reproduced", "tip") if record["reproduced"] else ("not reproduced", "danger")
     untested = inconclusive_count(record["checks"])
@@ -78,6 +114,9 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None) -> s
     lines.append(f"**Across seeds.** {seeds_summary(seeds).capitalize()} (seeds "
                  f"{', '.join(map(str, seeds['seeds']))}); see *Across seeds* below." if seeds
                  else f"**Across seeds.** {TEXTS['box_one_seed']}")
+    if paper_line:
+        lines += ["", f"**At the paper's settings** (preset `paper`). {paper_line[0].upper()}"
+                      f"{paper_line[1:]}."]
     if judged_label:
         lines += ["", f"How this claim is judged: {{ref}}`{judged_label}`."]
     lines.append(":::")
@@ -246,7 +285,7 @@ def judging_label(chapter: str, judging_dir: Path) -> str | None:
 
 
 def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
-                         judging_dir: Path) -> bool:
+                         judging_dir: Path, paper_line: str | None = None) -> bool:
     """Put the verdict box under the title, the across-seeds section before "What this shows"
     (or "Try this") and "Run this chapter yourself" at the end, in place of earlier versions;
     drop papermill's parameters cell from the page and make each plot shown with
@@ -275,7 +314,7 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
                              first.metadata))
         first.source = title
     # Fixed ids, so that refreshing a page with the same results changes nothing.
-    box = verdict_box(record, seeds, judging_label(record["chapter"], judging_dir))
+    box = verdict_box(record, seeds, judging_label(record["chapter"], judging_dir), paper_line)
     cells.insert(1, cell(box, BOX_TAG, {"tags": [BOX_TAG]}))
     # Across seeds comes before the chapter's summary ("What this shows"), or its exercises.
     ending = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and any(

@@ -23,7 +23,7 @@ from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
 from ..runtime import (BOOK_DIR, PROJECT_ROOT, atomic_write, check_cache_dir, display_path,
                        runs_dir)
 from . import publish
-from .book_pages import refresh_chapter_page
+from .book_pages import load_paper, paper_summary, refresh_chapter_page
 from .seeds import load_seeds
 
 STAGING_DIR = PROJECT_ROOT / ".cache" / "staging"
@@ -226,7 +226,9 @@ def prepare_page(notebook: Path, record: dict, results_dir: Path) -> None:
     nb.metadata.get("papermill", {}).update(input_path=f"notebooks/{name}.ipynb",
                                             output_path=f"book/claims/{name}.ipynb")
     nbformat.write(nb, notebook)
-    refresh_chapter_page(notebook, record, load_seeds(name, results_dir), JUDGING_DIR)
+    paper = (paper_summary(name, *load_paper(name, results_dir)) if record["preset"] == SCHEMA_PRESET
+             else None)
+    refresh_chapter_page(notebook, record, load_seeds(name, results_dir), JUDGING_DIR, paper)
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # unwind like Ctrl-C: every `finally` runs

@@ -12,8 +12,8 @@ import yaml
 from ..config import chapters, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
-from .book_pages import (TEXTS, claim_counts, pass_rate, preset_label, refresh_chapter_page,
-                         runtime_text, seeds_summary)
+from .book_pages import (TEXTS, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
+                         refresh_chapter_page, runtime_text, seeds_summary)
 from .result_code import difference_text
 from .seeds import load_seeds
 
@@ -100,11 +100,18 @@ def headline(results: list[dict], seeds: dict[str, dict]) -> str:
     return text + "."
 
 
-def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path) -> list[str]:
-    """One short row per chapter, what a reader scans (the claims and checks come further down)."""
-    by_name = {r["chapter"]: r for r in results}
+def load_papers(results_dir: Path) -> dict[str, tuple[dict | None, dict | None]]:
+    """Every chapter's published `paper` run and its seeds file (None, None where not executed)."""
+    return {ch: load_paper(ch, results_dir) for ch in chapters()}
+
+
+def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path,
+                  papers: dict[str, tuple] | None = None) -> list[str]:
+    """One short row per chapter, what a reader scans (the claims and checks come further down),
+    with the verdict at the paper's own settings in the last column."""
+    by_name, papers = {r["chapter"]: r for r in results}, papers or {}
     lines = [":::{container} scoreboard-table", "| Chapter | Verdict | Claim checks | Across seeds "
-             "| Runtime |", "|---|---|---|---|---|"]
+             "| Runtime | At the paper's settings |", "|---|---|---|---|---|---|"]
     for name, ch in chapters().items():
         r, s = by_name.get(name), seeds.get(name)
         checks = "{}/{}".format(*claim_counts(r)) if r else "—"
@@ -118,18 +125,19 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path)
             across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}" + (
                 f" ({rate})" if rate else "") + (f", {untested} inconclusive" if untested else "")
         runtime = f"{r['duration_s']:.0f} s" if r else "—"
+        paper = paper_summary(name, *papers.get(name, (None, None)), short=True)
         lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
-                     f"| {checks} | {across} | {runtime} |")
+                     f"| {checks} | {across} | {runtime} | {paper} |")
     return lines + [":::"]
 
 
 def render(results: list[dict], seeds: dict[str, dict] | None = None,
-           claims_dir: Path = BOOK_DIR / "claims") -> str:
+           claims_dir: Path = BOOK_DIR / "claims", papers: dict[str, tuple] | None = None) -> str:
     """The scoreboard: the headline, one short row per chapter, then (folded) every chapter's
     claim and checks."""
     by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
     lines = [TEXTS["header"], headline(results, seeds), "",
-             *summary_table(results, seeds, claims_dir), "", TEXTS["scoreboard_legend"],
+             *summary_table(results, seeds, claims_dir, papers), "", TEXTS["scoreboard_legend"],
              provenance(results, seeds), ":::{dropdown} Every claim and its checks"]
     for name, ch in chapters().items():
         if (r := by_name.get(name)) is None:
@@ -160,7 +168,8 @@ def write_intro_summary(results_dir: Path, intro: Path, claims_dir: Path | None 
     seeds = {ch: r for ch in chapters() if (r := load_seeds(ch, results_dir))}
     claims = Path(claims_dir or Path(intro).parent / "claims")
     sentence = headline(results, seeds) + " The {doc}`scoreboard` has each claim and check."
-    block = "\n".join([INTRO_START, "", sentence, "", *summary_table(results, seeds, claims), "",
+    block = "\n".join([INTRO_START, "", sentence, "",
+                       *summary_table(results, seeds, claims, load_papers(results_dir)), "",
                        INTRO_END])
     text = Path(intro).read_text()
     if INTRO_START in text:
@@ -197,7 +206,7 @@ def write_scoreboard(results_dir: Path, page: Path) -> Path:
     """`scoreboard.md`, with the across-seeds column from the chapters' `.seeds.json` files."""
     found = {ch: load_seeds(ch, results_dir) for ch in chapters()}
     page.write_text(render(load_results(results_dir), {ch: r for ch, r in found.items() if r},
-                           Path(page).parent / "claims"))
+                           Path(page).parent / "claims", load_papers(results_dir)))
     return page
 
 
@@ -275,7 +284,8 @@ def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> 
     """Rewrite every executed chapter's verdict box and across-seeds section from its results."""
     pages = [(ch, claims_dir / f"{ch}.ipynb", _load(results_dir / f"{ch}.json"))
              for ch in chapters()]
-    return sum(refresh_chapter_page(notebook, record, load_seeds(ch, results_dir), JUDGING_DIR)
+    return sum(refresh_chapter_page(notebook, record, load_seeds(ch, results_dir), JUDGING_DIR,
+                                    paper_summary(ch, *load_paper(ch, results_dir)))
                for ch, notebook, record in pages if notebook.exists() and record)
 
 
