@@ -100,6 +100,41 @@ def test_lambda_zero_is_plain_adamw_training():
     assert reg["jacobian_norm"][-1] != run["jacobian_norm"][-1]
 
 
+def test_the_grokalign_codes_own_settings_are_float64_the_same_batches_in_order_and_fewer_held_out():
+    x, y, test_x, test_y = _tiny_data()
+    config = {**_tiny_mnist_config(0.0), "dtype": "float64", "batch_order": "fixed", "n_test": 8}
+    run = ga.train_mnist(config, data=(x, y, test_x, test_y))
+    # by hand: float64 from the same initialisation, batches 0-15, 16-31, ... every epoch
+    torch.manual_seed(0)
+    model = MLP(784, 16, 3, 10).double()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    for t in range(1, 13):
+        k = (t - 1) % 4
+        idx = torch.arange(k * 16, (k + 1) * 16)
+        loss = nn.functional.cross_entropy(model(x[idx].double()), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = (model(x.double()).argmax(1) == y).float().mean().item()
+        held_out = (model(test_x[:8].double()).argmax(1) == test_y[:8]).float().mean().item()
+    assert run["train_acc"][-1] == acc and run["test_acc"][-1] == held_out
+    assert run["centroid"][-1].dtype == np.float64
+    # the shuffled float32 run is another trajectory (the comparison above can fail)
+    assert ga.train_mnist(_tiny_mnist_config(0.0), data=(x, y, test_x, test_y))["train_acc"][-1] != acc or \
+        ga.train_mnist({**config, "batch_order": "shuffled"}, data=(x, y, test_x, test_y))["jacobian_norm"][-1] \
+        != run["jacobian_norm"][-1]
+
+
+def test_mnist_config_takes_the_optional_settings_only_where_given_and_checks_the_order():
+    params = {**{k: 1 for k in ga.MNIST_KEYS}, "estimator": "output"}
+    assert "dtype" not in ga.mnist_config(params, 0.0, "ce", 0)
+    config = ga.mnist_config({**params, "dtype": "float64", "batch_order": "fixed"}, 0.0, "ce", 0)
+    assert config["dtype"] == "float64" and config["batch_order"] == "fixed"
+    with pytest.raises(ValueError, match="batch_order"):
+        ga.mnist_config({**params, "batch_order": "sorted"}, 0.0, "ce", 0)
+
+
 def test_run_stops_at_the_threshold():
     config = {**_tiny_mnist_config(0.0), "threshold": -1.0}
     run = ga.train_mnist(config, data=_tiny_data())

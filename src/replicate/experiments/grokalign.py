@@ -109,17 +109,26 @@ def train_mnist(config: dict, data=None) -> dict:
     """One MNIST run; stops when held-out accuracy first exceeds `threshold` (checked every
     `eval_every` updates) or after `max_steps` updates. `config` keys: n_train, width, depth, bias,
     init_scale, lr, weight_decay, batch_size, loss, lam, reg_points, projections, max_steps,
-    eval_every, threshold, jacobian_points, seed, and optionally estimator ("vjp" if absent)."""
-    dev = device()
-    train_x, train_y, test_x, test_y = (t.to(dev) for t in (data or mnist_data(config["n_train"], config["seed"])))
+    eval_every, threshold, jacobian_points, seed, and optionally estimator ("vjp" if absent),
+    dtype ("float32" if absent; the GrokAlign code trains in "float64"), batch_order ("shuffled",
+    a fresh permutation each epoch, if absent; "fixed": the same batches in the same order every
+    epoch, as the GrokAlign code's loader, which does not shuffle) and n_test (held-out digits
+    evaluated, the first n_test of the held-out set; all if absent)."""
+    dev, dtype = device(), getattr(torch, config.get("dtype", "float32"))
+    train_x, train_y, test_x, test_y = data or mnist_data(config["n_train"], config["seed"])
+    if config.get("n_test"):
+        test_x, test_y = test_x[:config["n_test"]], test_y[:config["n_test"]]
+    train_x, test_x = train_x.to(dev, dtype), test_x.to(dev, dtype)
+    train_y, test_y = train_y.to(dev), test_y.to(dev)
     torch.manual_seed(config["seed"])
     model = MLP(train_x.shape[1], config["width"], config["depth"], 10, bias=config["bias"],
-                init_scale=config["init_scale"]).to(dev)
+                init_scale=config["init_scale"]).to(dev, dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
     batches = torch.Generator().manual_seed(config["seed"] + 1)
     projections = torch.Generator().manual_seed(config["seed"] + 2)
     n, bs = len(train_y), config["batch_size"]
-    order = torch.randperm(n, generator=batches)
+    fixed_order = config.get("batch_order", "shuffled") == "fixed"
+    order = torch.arange(n) if fixed_order else torch.randperm(n, generator=batches)
     per_epoch = max(n // bs, 1)
     probe = train_x[:config["jacobian_points"]]  # fixed points for the diagnostics
     clock = {"train_seconds": 0.0, "train_cpu_seconds": 0.0, "steps": 0}
@@ -130,7 +139,7 @@ def train_mnist(config: dict, data=None) -> dict:
         nonlocal order
         start, cpu = time.perf_counter(), time.process_time()
         k = (t - 1) % per_epoch
-        if k == 0 and t > 1:
+        if k == 0 and t > 1 and not fixed_order:
             order = torch.randperm(n, generator=batches)
         idx = order[k * bs:(k + 1) * bs].to(dev)
         x = train_x[idx]
@@ -399,6 +408,10 @@ def first_step(steps, values, level: float):
 MNIST_KEYS = ["n_train", "width", "depth", "bias", "init_scale", "lr", "weight_decay", "batch_size",
               "reg_points", "projections", "eval_every", "threshold", "jacobian_points", "estimator",
               "probe_rank", "max_steps"]
+# Settings a run takes only where the parameters give them (the GrokAlign code's own, at its
+# operating point): absent, a run is what it was before they existed, and keeps its cache key.
+MNIST_OPTIONAL = ["dtype", "batch_order", "n_test"]
+BATCH_ORDERS = ("shuffled", "fixed")
 
 
 def mnist_config(params: dict, lam: float, loss: str, seed: int, max_steps: int | None = None) -> dict:
@@ -408,7 +421,10 @@ def mnist_config(params: dict, lam: float, loss: str, seed: int, max_steps: int 
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {params['estimator']!r}")
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    config = {**{k: params[k] for k in MNIST_KEYS}, "lam": float(lam), "loss": loss, "seed": int(seed)}
+    config = {**{k: params[k] for k in MNIST_KEYS}, "lam": float(lam), "loss": loss, "seed": int(seed),
+              **{k: params[k] for k in MNIST_OPTIONAL if params.get(k) is not None}}
+    if config.get("batch_order", "shuffled") not in BATCH_ORDERS:
+        raise ValueError(f"batch_order must be one of {BATCH_ORDERS}, got {config['batch_order']!r}")
     if max_steps is not None:
         config["max_steps"] = int(max_steps)
     return config
