@@ -94,8 +94,10 @@ def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
         return f"{word}, {passed}/{total}{across}; {short_device(paper)}, {paper['duration_s']:.0f} s"
     limits = "; ".join(f"{name} {v['used']} where the paper has {v['asked']} ({v['why']})"
                        for name, v in (paper.get("data_limits") or {}).items())
+    note = chapters()[chapter].get("paper_note")
     return (f"{word}, {passed}/{total} claim checks pass{across}; {runtime_text(paper)} on "
-            f"{paper['device']}, commit `{paper['git_commit']}`" + (f". Data: {limits}" if limits else ""))
+            f"{paper['device']}, commit `{paper['git_commit']}`" + (f". Data: {limits}" if limits else "")
+            + (f". {note}" if note else ""))
 
 
 def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
