@@ -180,6 +180,9 @@ def cmd_build(args) -> int:
 
 
 def cmd_validate(args) -> int:
+    if args.paper:  # the paper preset's published pairs, beside the book
+        paper = Path(args.results_dir) / "paper"
+        return validate(_select(args.chapters), paper, paper, preset="paper")
     return validate(_select(args.chapters), Path(args.claims_dir), Path(args.results_dir))
 
 
@@ -290,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands["validate"].add_argument("chapters", nargs="*", metavar="CHAPTER")
     commands["validate"].add_argument("--claims-dir", default=str(ex.CLAIMS_DIR), help=hidden)
     commands["validate"].add_argument("--results-dir", default=book, help=hidden)
+    commands["validate"].add_argument("--paper", action="store_true",
+                                      help="the paper preset's published runs (book/results/paper/)")
     commands["bench"].add_argument("names", nargs="*", metavar="NAME")
     return parser
 

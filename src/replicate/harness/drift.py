@@ -82,11 +82,12 @@ def flat_numbers(value: Any, where: str) -> dict[str, float]:
     return {}
 
 
-def seed_spread(chapter: str, results_dir=None, sweeps_dir=None) -> dict[tuple[str, str], list]:
-    """{(check key, path): the value at every seed of the book's group} from its published run
-    and sweeps, for `seeds: true` chapters; a seed written before ids takes the id of the same
-    name in the other seeds."""
-    runs, _, _ = collect_runs(chapter, "cpu", {}, results_dir or RESULTS_DIR,
+def seed_spread(chapter: str, results_dir=None, sweeps_dir=None,
+                preset: str = "cpu") -> dict[tuple[str, str], list]:
+    """{(check key, path): the value at every seed of the published group at `preset` (the
+    book's, or the paper preset's)} from its published run and sweeps, for `seeds: true`
+    chapters; a seed written before ids takes the id of the same name in the other seeds."""
+    runs, _, _ = collect_runs(chapter, preset, {}, results_dir or RESULTS_DIR,
                               sweeps_dir or SWEEPS_DIR)
     ids = ids_by_name(c for run in runs.values() for c in run["record"].get("checks", []))
     spread: dict[tuple[str, str], list] = {}

@@ -19,8 +19,9 @@ from .drift import chapter_tolerances, compare, seed_spread, table, uses_seed_sp
 SANITIZE_FILE = Path(__file__).resolve().parent / "nbval_sanitize.cfg"
 
 
-def validate(chapters: list[str], claims_dir: Path, results_dir: Path) -> int:
-    """Re-execute and compare the chapters; prints a table per chapter. Returns the exit code:
+def validate(chapters: list[str], claims_dir: Path, results_dir: Path, preset: str = "cpu") -> int:
+    """Re-execute and compare the chapters published at `preset` (the book's `cpu`, or `paper`,
+    whose pairs live in `results/paper/`); prints a table per chapter. Returns the exit code:
     nbval's when the words differ, else 1 when a number drifted beyond tolerance, else 0."""
     claims_dir, results_dir = Path(claims_dir), Path(results_dir)
     ex.repair_book(claims_dir, results_dir)
@@ -40,7 +41,7 @@ def validate(chapters: list[str], claims_dir: Path, results_dir: Path) -> int:
                                "--nbval-lax", "--nbval-sanitize-with", str(SANITIZE_FILE),
                                *map(str, notebooks)], env=env, cwd=PROJECT_ROOT).returncode
         # nbval compared the words; the numbers are compared here, within the stated tolerance.
-        drifted = sum(not compare_chapter(ch, results_dir, Path(scratch)) for ch in chapters)
+        drifted = sum(not compare_chapter(ch, results_dir, Path(scratch), preset) for ch in chapters)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if drifted:
@@ -49,7 +50,7 @@ def validate(chapters: list[str], claims_dir: Path, results_dir: Path) -> int:
     return code or (1 if drifted else 0)
 
 
-def compare_chapter(chapter: str, results_dir: Path, executed_dir: Path) -> bool:
+def compare_chapter(chapter: str, results_dir: Path, executed_dir: Path, preset: str = "cpu") -> bool:
     """Print the table of what moved between the published verdict and the re-executed one;
     returns whether every number is within tolerance and every word the same."""
     published, now = results_dir / f"{chapter}.json", executed_dir / f"{chapter}.json"
@@ -58,8 +59,10 @@ def compare_chapter(chapter: str, results_dir: Path, executed_dir: Path) -> bool
         print(f"{chapter}: no verdict to compare ({why})")
         return False
     # A chapter whose run is another draw on another machine: its seeds' spread counts.
-    spread = (seed_spread(chapter, results_dir, results_dir.parent / "sweeps")
-              if uses_seed_spread(chapter) else None)
+    home = results_dir if preset == "cpu" else results_dir.parent  # the paper's: results/paper/
+    book = home.parent
+    spread = (seed_spread(chapter, home, book / "sweeps", preset) if uses_seed_spread(chapter)
+              else None)
     differences = compare(json.loads(published.read_text()), json.loads(now.read_text()),
                           *chapter_tolerances(chapter), spread)
     print(table(chapter, differences))
