@@ -287,3 +287,20 @@ def test_the_seeds_spread_is_keyed_by_id_and_seeds_without_ids_take_it_by_name(m
     now["checks"][0]["ours"]["on"][0] = 450
     [difference] = drift.compare(published, now, spread=spread)
     assert difference.check == "late" and difference.by_seeds
+
+
+def test_validating_the_paper_preset_reads_the_paper_groups_seeds_from_results_paper(tmp_path, monkeypatch):
+    from replicate.harness import validate as validation
+
+    asked = []
+    monkeypatch.setattr(validation, "uses_seed_spread", lambda chapter: True)
+    monkeypatch.setattr(validation, "seed_spread",
+                        lambda chapter, results, sweeps, preset: asked.append((results, sweeps, preset)) or {})
+    book = tmp_path / "book"
+    for folder in (book / "results" / "paper", tmp_path / "now"):
+        folder.mkdir(parents=True)
+        (folder / f"{CHAPTER}.json").write_text(json.dumps(record(dist=0.1)))
+    assert validation.compare_chapter(CHAPTER, book / "results" / "paper", tmp_path / "now", "paper")
+    assert validation.compare_chapter(CHAPTER, book / "results" / "paper", tmp_path / "now")
+    assert asked == [(book / "results", book / "sweeps", "paper"),
+                     (book / "results" / "paper", book / "results" / "sweeps", "cpu")]
