@@ -381,7 +381,7 @@ def test_a_failing_task_is_retried_reported_and_does_not_stop_the_others(tmp_pat
     good = folder / "smoke-seed0"  # the preset's own offset: no override in the id
     assert (good / "07_optimizers.ipynb").exists() and (good / "07_optimizers.json").exists()
     task = json.loads((good / "task.json").read_text())
-    assert task["threads"] == max(1, (os.cpu_count() or 1) // 2)
+    assert task["threads"] == 1  # cli() sets OMP_NUM_THREADS=1, which a local sweep honours
     assert not (folder / bad).exists() and (folder / f"{bad}.failed.json").exists()
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]
     # Was: a smoke sweep overwrote the book's across-seed verdict, results/07_optimizers.seeds.json.
@@ -609,3 +609,13 @@ def test_a_chapter_that_declares_the_seed_enters_nothing_is_deterministic_despit
     assert seeds.aggregate_records(drifted)["deterministic"] is False
     assert seeds.aggregate_records(drifted, deterministic=True)["deterministic"] is True
     assert seeds.aggregate_records({0: drifted[0]}, deterministic=True)["deterministic"] is False
+
+
+@pytest.mark.parametrize("value, threads", [("1", 1), ("3", 3), ("", None), ("0", None),
+                                            ("two", None), (None, None)])
+def test_omp_num_threads_sets_a_local_sweeps_threads_per_task(value, threads, monkeypatch):
+    if value is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert sweep.asked_threads() == threads

@@ -82,6 +82,13 @@ def run_task(spec: RunSpec, sweeps_dir: str, threads: int, sweep_id: str) -> dic
         shutil.rmtree(work, ignore_errors=True)
 
 
+def asked_threads() -> int | None:
+    """The threads per task that $OMP_NUM_THREADS asks for, or None where it is unset or not a
+    positive whole number."""
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def task_record(spec: RunSpec) -> dict:
     """What names a task in its task.json and failed.json."""
     return {**spec.as_parameter(), "chapter": spec.chapter, "seed": spec.seed,
@@ -109,8 +116,9 @@ def run_sweep(specs: list[RunSpec], sweeps_dir: Path | str = SWEEPS_DIR,
             if address:  # a cluster: each task asks for the threads one chapter uses
                 threads = threads or THREADS_PER_CHAPTER
                 workers = workers or max(1, int(resources.get("CPU", 1)) // threads)
-            else:  # this machine: its cores shared among the slots
-                threads = threads or max(1, cpus // workers)
+            else:  # this machine: its cores shared among the slots, unless OMP_NUM_THREADS
+                # says otherwise (a machine busy with other runs: one thread each spins least)
+                threads = threads or asked_threads() or max(1, cpus // workers)
             remote = ray.remote(run_task).options(
                 num_cpus=threads if address else 1, max_retries=retries, retry_exceptions=True,
                 num_gpus=1 if resources.get("GPU", 0) >= 1 else 0)
