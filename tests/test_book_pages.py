@@ -403,3 +403,18 @@ def test_the_across_seeds_table_pairs_each_check_with_its_numbers_by_id():
     text = book_pages.across_seeds_section(RECORD, _seeds_with(values, checks))
     assert "0.02 ± 0.01" in _row(text, "adam reaches it, again")
     assert "0.02" not in _row(text, "adam reaches it |")
+
+
+def test_the_scoreboard_says_why_each_verdict_that_fails_fails_at_each_setting(tmp_path):
+    failing = dict(RECORD, checks=[dict(RECORD["checks"][0], passed=False, ours=0.2),
+                                   dict(RECORD["checks"][0], name="second", passed=False, ours=3)])
+    paper = dict(RECORD, preset="paper", reproduced=True, checks=[dict(RECORD["checks"][0])])
+    page = scoreboard.render([failing], {}, tmp_path, {"07_optimizers": (paper, None)})
+    lines = [ln for ln in page.splitlines() if ln.startswith("- **07")]
+    assert lines == ["- **07 · Optimisers on ravines** at `cpu`: adam reaches it (ours: 0.2; paper: yes); "
+                     "second (ours: 3; paper: yes)."]  # the paper run passes: no line for it
+    assert "1 of the 1 claims executed so far reproduces" in page
+    # one failing check of two: named, the passing one and the report line are not
+    assert scoreboard.why_not([RECORD])[2] == ("- **07 · Optimisers on ravines** at `cpu`: sgd does not "
+                                               "(ours: 0; paper: no).")
+    assert scoreboard.why_not([dict(RECORD, checks=[RECORD["checks"][0]])]) == []

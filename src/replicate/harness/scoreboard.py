@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import chapters, format_value
+from ..config import chapters, counted, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
@@ -84,8 +84,9 @@ def verdict_badge(record: dict | None) -> str:
     return f'<span class="verdict-badge {text.replace(" ", "-")}">{text}</span>'
 
 
-def headline(results: list[dict], seeds: dict[str, dict]) -> str:
-    """One sentence: how many claims reproduced, how many are robust, what is not run yet."""
+def headline(results: list[dict], seeds: dict[str, dict], papers: dict[str, tuple] | None = None) -> str:
+    """One sentence: how many claims reproduced, how many are robust, what is not run yet, and
+    how many of those executed at the paper's own settings reproduce there."""
     run = [r for r in results if r["chapter"] in chapters()]
     ok = sum(reproduced(r["checks"]) for r in run)
     robust = sum(bool((seeds.get(r["chapter"]) or {}).get("robust")) for r in run)
@@ -97,7 +98,35 @@ def headline(results: list[dict], seeds: dict[str, dict]) -> str:
         text += f" ({same} deterministic: the seed changes nothing there)"
     if pending := len(chapters()) - len(run):
         text += f"; {pending} chapter{'s' if pending > 1 else ''} not yet run"
+    executed = [paper for paper, _ in (papers or {}).values() if paper is not None]
+    if executed:
+        ok = sum(p["reproduced"] for p in executed)
+        text += (f". At the papers' own settings (preset `paper`), {ok} of the {len(executed)} "
+                 f"claims executed so far reproduce{'s' if ok == 1 else ''}")
     return text + "."
+
+
+def failing_checks(record: dict, most: int = 2) -> str:
+    """The claim checks that did not pass, each with ours against the paper's (at most `most`,
+    then how many more), for a one-line 'why'."""
+    failed = [c for c in record["checks"] if c["kind"] == "claim" and not c["passed"]]
+    said = [f"{c['name']} ({'inconclusive' if c.get('inconclusive') else 'ours'}: "
+            f"{format_value(counted(c['ours']))}; paper: {format_value(counted(c['paper']))})"
+            for c in failed[:most]]
+    more = len(failed) - len(said)
+    return "; ".join(said) + (f"; and {more} more" if more > 0 else "")
+
+
+def why_not(results: list[dict], papers: dict[str, tuple] | None = None) -> list[str]:
+    """One line per verdict that does not reproduce, at `cpu` and at `paper`: which checks failed
+    at which setting."""
+    lines = []
+    for record in sorted([*results, *[p for p, _ in (papers or {}).values() if p is not None]],
+                         key=lambda r: (r["chapter"], r["preset"] != "cpu")):
+        if record["chapter"] in chapters() and not reproduced(record["checks"]):
+            lines.append(f"- **{short_title(chapters()[record['chapter']])}** at `{preset_label(record)}`: "
+                         f"{failing_checks(record)}.")
+    return ([f"**{TEXTS['why_not_header']}**", "", *lines, ""] if lines else [])
 
 
 def load_papers(results_dir: Path) -> dict[str, tuple[dict | None, dict | None]]:
@@ -136,8 +165,9 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
     """The scoreboard: the headline, one short row per chapter, then (folded) every chapter's
     claim and checks."""
     by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
-    lines = [TEXTS["header"], headline(results, seeds), "",
-             *summary_table(results, seeds, claims_dir, papers), "", TEXTS["scoreboard_legend"],
+    lines = [TEXTS["header"], headline(results, seeds, papers), "",
+             *summary_table(results, seeds, claims_dir, papers), "", *why_not(results, papers),
+             TEXTS["scoreboard_legend"],
              provenance(results, seeds), ":::{dropdown} Every claim and its checks"]
     for name, ch in chapters().items():
         if (r := by_name.get(name)) is None:
@@ -146,7 +176,8 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
         lines += ["", f"**{ch.title}.** {r['claim']}", "",
                   f"Preset `{preset_label(r)}`, seed {r['seed']}, {runtime_text(r)} on "
                   f"{r['device']}, commit `{r['git_commit']}`. Across seeds: "
-                  f"{seeds_summary(seeds.get(name))}.", "",
+                  f"{seeds_summary(seeds.get(name))}. At the paper's settings: "
+                  f"{paper_summary(name, *(papers or {}).get(name, (None, None)))}.", "",
                   "| Check | Kind | Result | Ours | Paper |", "|---|---|---|---|---|"]
         for c in r["checks"]:
             result = "—" if c["kind"] == "report" else word(c)
@@ -167,7 +198,8 @@ def write_intro_summary(results_dir: Path, intro: Path, claims_dir: Path | None 
     results = load_results(results_dir)
     seeds = {ch: r for ch in chapters() if (r := load_seeds(ch, results_dir))}
     claims = Path(claims_dir or Path(intro).parent / "claims")
-    sentence = headline(results, seeds) + " The {doc}`scoreboard` has each claim and check."
+    sentence = headline(results, seeds, load_papers(results_dir)) + \
+        " The {doc}`scoreboard` has each claim and check."
     block = "\n".join([INTRO_START, "", sentence, "",
                        *summary_table(results, seeds, claims, load_papers(results_dir)), "",
                        INTRO_END])
