@@ -89,6 +89,18 @@ def test_published_chapters_hold_successful_executions():
         assert (BOOK_DIR / "results" / f"{notebook.stem}.json").exists()
 
 
+def test_published_paper_runs_are_pairs_at_the_paper_preset_from_clean_code():
+    paper = BOOK_DIR / "results" / "paper"
+    for notebook in sorted(paper.glob("*.ipynb")):
+        meta = json.loads(notebook.read_text())["metadata"].get("papermill", {})
+        assert not meta.get("exception"), f"{notebook} holds a failed execution"
+        record = json.loads((paper / f"{notebook.stem}.json").read_text())
+        assert record["preset"] == "paper" and record["overrides"] == {}, notebook.stem
+        assert not record["dirty"] and not record["git_commit"].endswith("+dirty"), notebook.stem
+    assert sorted(p.stem for p in paper.glob("*.ipynb")) == sorted(
+        p.stem for p in paper.glob("*.json") if not p.name.endswith(".seeds.json"))
+
+
 MNIST_CHAPTERS = [name for name, ch in config.chapters().items() if "mnist" in ch.get("datasets", ())]
 
 

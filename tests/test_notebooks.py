@@ -137,6 +137,7 @@ def test_every_published_check_has_an_id_and_no_record_uses_one_twice():
     """Tolerances, the paper's numbers, the seeds files and the scoreboard key on the ids."""
     book = PROJECT_ROOT / "book"
     records = [*sorted((book / "results").glob("[0-9]*.json")),
+               *sorted((book / "results" / "paper").glob("[0-9]*.json")),
                *sorted((book / "sweeps").glob("*/*/[0-9]*.json"))]
     records = [p for p in records if not p.name.endswith(".seeds.json")]
     assert len(records) >= len(CHAPTERS)
