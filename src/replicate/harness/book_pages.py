@@ -85,13 +85,17 @@ def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
     chapter.yaml's `paper_time`, from measured step times)."""
     if paper is None:
         estimate = chapters()[chapter].get("paper_time")
+        if short:
+            return f"not run{' (~' + estimate['short'] + ')' if estimate else ''}"
         return f"not executed{': ' + estimate['estimate'] if estimate else ''}"
     passed, total = claim_counts(paper)
     word = "reproduced" if paper["reproduced"] else "not reproduced"
+    if short:  # a table cell: the device and time are in the chapter's box and the list below it
+        seeds = (f" ({paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds)"
+                 if paper_seeds else "")
+        return f"{word} {passed}/{total}{seeds}"
     across = (f", {paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds"
               if paper_seeds else ", seed " + str(paper["seed"]))
-    if short:
-        return f"{word}, {passed}/{total}{across}; {short_device(paper)}, {paper['duration_s']:.0f} s"
     limits = "; ".join(f"{name} {v['used']} where the paper has {v['asked']} ({v['why']})"
                        for name, v in (paper.get("data_limits") or {}).items())
     note = chapters()[chapter].get("paper_note")

@@ -101,8 +101,8 @@ def headline(results: list[dict], seeds: dict[str, dict], papers: dict[str, tupl
     executed = [paper for paper, _ in (papers or {}).values() if paper is not None]
     if executed:
         ok = sum(p["reproduced"] for p in executed)
-        text += (f". At the papers' own settings (preset `paper`), {ok} of the {len(executed)} "
-                 f"claims executed so far reproduce{'s' if ok == 1 else ''}")
+        text += (f"; at the papers' own settings, {ok} of the {len(executed)} executed so far "
+                 f"reproduce{'s' if ok == 1 else ''}")
     return text + "."
 
 
@@ -126,7 +126,7 @@ def why_not(results: list[dict], papers: dict[str, tuple] | None = None) -> list
         if record["chapter"] in chapters() and not reproduced(record["checks"]):
             lines.append(f"- **{short_title(chapters()[record['chapter']])}** at `{preset_label(record)}`: "
                          f"{failing_checks(record)}.")
-    return ([f"**{TEXTS['why_not_header']}**", "", *lines, ""] if lines else [])
+    return ([f":::{{dropdown}} {TEXTS['why_not_header']}", *lines, ":::", ""] if lines else [])
 
 
 def load_papers(results_dir: Path) -> dict[str, tuple[dict | None, dict | None]]:
@@ -139,8 +139,9 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path,
     """One short row per chapter, what a reader scans (the claims and checks come further down),
     with the verdict at the paper's own settings in the last column."""
     by_name, papers = {r["chapter"]: r for r in results}, papers or {}
-    lines = [":::{container} scoreboard-table", "| Chapter | Verdict | Claim checks | Across seeds "
-             "| Runtime | At the paper's settings |", "|---|---|---|---|---|---|"]
+    # The chapters' run times are in their verdict boxes and on the teaching page.
+    lines = [":::{container} scoreboard-table", "| Chapter | Verdict | Across seeds | At `paper` |",
+             "|---|---|---|---|"]
     for name, ch in chapters().items():
         r, s = by_name.get(name), seeds.get(name)
         checks = "{}/{}".format(*claim_counts(r)) if r else "—"
@@ -153,10 +154,9 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path,
             untested = len(s.get("inconclusive_seeds") or [])
             across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}" + (
                 f" ({rate})" if rate else "") + (f", {untested} inconclusive" if untested else "")
-        runtime = f"{r['duration_s']:.0f} s" if r else "—"
         paper = paper_summary(name, *papers.get(name, (None, None)), short=True)
         lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
-                     f"| {checks} | {across} | {runtime} | {paper} |")
+                     f"{checks} | {across} | {paper} |")
     return lines + [":::"]
 
 
@@ -167,7 +167,8 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
     by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
     lines = [TEXTS["header"], headline(results, seeds, papers), "",
              *summary_table(results, seeds, claims_dir, papers), "", *why_not(results, papers),
-             TEXTS["scoreboard_legend"],
+             # folded, so that the table and its headline fit a screen and a half
+             ":::{dropdown} How to read this table", TEXTS["scoreboard_legend"], ":::", "",
              provenance(results, seeds), ":::{dropdown} Every claim and its checks"]
     for name, ch in chapters().items():
         if (r := by_name.get(name)) is None:
