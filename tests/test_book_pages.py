@@ -270,6 +270,10 @@ def test_the_paper_verdict_stands_beside_the_cpu_one_with_its_seeds_device_and_d
     box = book_pages.verdict_box(RECORD, SEEDS, None, line)
     assert "**At the paper's settings** (preset `paper`). Reproduced, 1/1" in box
     assert "At the paper's settings" not in book_pages.verdict_box(RECORD, SEEDS, None)
+    same = dict(paper_seeds, deterministic=True, reproduced={"k": 5, "n": 5})
+    assert _row(scoreboard.render([RECORD], {}, tmp_path, {"07_optimizers": (paper, same)}),
+                "07 · Optimisers on ravines").endswith("| reproduced 1/1 (deterministic) |")
+    assert ", the same at 5 seeds (deterministic);" in book_pages.paper_summary("07_optimizers", paper, same)
     # where it has not run, the chapter's measured estimate, if it has one
     assert book_pages.paper_summary("07_optimizers", None, None).startswith("not executed")
 

@@ -91,11 +91,13 @@ def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
     passed, total = claim_counts(paper)
     word = "reproduced" if paper["reproduced"] else "not reproduced"
     if short:  # a table cell: the device and time are in the chapter's box and the list below it
-        seeds = (f" ({paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds)"
-                 if paper_seeds else "")
+        seeds = ("" if not paper_seeds else " (deterministic)" if paper_seeds.get("deterministic")
+                 else f" ({paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds)")
         return f"{word} {passed}/{total}{seeds}"
-    across = (f", {paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds"
-              if paper_seeds else ", seed " + str(paper["seed"]))
+    across = (", seed " + str(paper["seed"]) if not paper_seeds else
+              f", the same at {paper_seeds['reproduced']['n']} seeds (deterministic)"
+              if paper_seeds.get("deterministic") else
+              f", {paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds")
     limits = "; ".join(f"{name} {v['used']} where the paper has {v['asked']} ({v['why']})"
                        for name, v in (paper.get("data_limits") or {}).items())
     note = chapters()[chapter].get("paper_note")
