@@ -419,6 +419,6 @@ def test_the_scoreboard_says_why_each_verdict_that_fails_fails_at_each_setting(t
                      "second (ours: 3; paper: yes)."]  # the paper run passes: no line for it
     assert "at the papers' own settings, 1 of the 1 executed so far reproduces" in page
     # one failing check of two: named, the passing one and the report line are not
-    assert scoreboard.why_not([RECORD])[1] == ("- **07 · Optimisers on ravines** at `cpu`: sgd does not "
+    assert scoreboard.why_not([RECORD])[0] == ("- **07 · Optimisers on ravines** at `cpu`: sgd does not "
                                                "(ours: 0; paper: no).")
     assert scoreboard.why_not([dict(RECORD, checks=[RECORD["checks"][0]])]) == []

@@ -126,7 +126,7 @@ def why_not(results: list[dict], papers: dict[str, tuple] | None = None) -> list
         if record["chapter"] in chapters() and not reproduced(record["checks"]):
             lines.append(f"- **{short_title(chapters()[record['chapter']])}** at `{preset_label(record)}`: "
                          f"{failing_checks(record)}.")
-    return ([f":::{{dropdown}} {TEXTS['why_not_header']}", *lines, ":::", ""] if lines else [])
+    return [*lines, ""] if lines else []
 
 
 def load_papers(results_dir: Path) -> dict[str, tuple[dict | None, dict | None]]:
@@ -166,10 +166,11 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
     claim and checks."""
     by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
     lines = [TEXTS["header"], headline(results, seeds, papers), "",
-             *summary_table(results, seeds, claims_dir, papers), "", *why_not(results, papers),
+             *summary_table(results, seeds, claims_dir, papers), "",
              # folded, so that the table and its headline fit a screen and a half
-             ":::{dropdown} How to read this table", TEXTS["scoreboard_legend"], ":::", "",
-             provenance(results, seeds), ":::{dropdown} Every claim and its checks"]
+             f":::{{dropdown}} {TEXTS['reading_header']}", *why_not(results, papers),
+             TEXTS["scoreboard_legend"], "", provenance(results, seeds), ":::", "",
+             ":::{dropdown} Every claim and its checks"]
     for name, ch in chapters().items():
         if (r := by_name.get(name)) is None:
             lines += ["", f"**{ch.title}.** {ch.claim} *Not yet run.*"]
