@@ -302,6 +302,32 @@ def test_the_scoreboard_fits_in_one_and_a_half_screens(browser, built_book):
     assert height <= 1.5 * 800, height
 
 
+def test_the_scoreboard_shows_the_paper_verdict_of_every_chapter_and_why_each_failure_fails(
+        browser, built_book):
+    tab = _open(browser, built_book, "scoreboard.html", 1280, 800)
+    facts = tab.evaluate("""() => {
+        const table = document.querySelector('.scoreboard-table table');
+        const heads = Array.from(table.querySelectorAll('th')).map(h => h.textContent.trim());
+        const last = Array.from(table.querySelectorAll('tbody tr'))
+            .map(r => r.lastElementChild.textContent.trim());
+        const fold = Array.from(document.querySelectorAll('details'))
+            .find(d => d.textContent.includes('how to read this table'));
+        return {heads, last, reasons: fold ? Array.from(fold.querySelectorAll('li'))
+            .map(li => li.textContent.trim()) : null};
+    }""")
+    tab.close()
+    assert facts["heads"][-1] == "At paper", facts["heads"]
+    paper = BOOK_DIR / "results" / "paper"
+    for name, cell in zip(config.chapters(), facts["last"]):
+        executed = (paper / f"{name}.json").exists()
+        assert cell.startswith(("reproduced", "not reproduced") if executed else ("not run",)), (name, cell)
+    failing = [r for r in [*(json.loads(p.read_text()) for p in sorted((BOOK_DIR / "results").glob("[0-9]*.json"))
+                                if not p.name.endswith(".seeds.json")),
+                           *(json.loads(p.read_text()) for p in sorted(paper.glob("[0-9]*.json"))
+                             if not p.name.endswith(".seeds.json"))] if not r["reproduced"]]
+    assert facts["reasons"] is not None and len(facts["reasons"]) == len(failing), facts["reasons"]
+
+
 @pytest.mark.parametrize("page", ["scoreboard.html", "intro.html"])
 def test_every_verdict_is_on_screen_on_a_phone(browser, built_book, page):
     tab = _open(browser, built_book, page, 390)
