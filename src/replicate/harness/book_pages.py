@@ -72,12 +72,6 @@ def load_paper(chapter: str, results_dir: Path) -> tuple[dict | None, dict | Non
     return tuple(json.loads(f.read_text()) if f.exists() else None for f in found)
 
 
-def short_device(record: dict) -> str:
-    """'NVIDIA H200' for a GPU run, 'CPU' otherwise: the device a reader compares."""
-    return record.get("gpu") or ("CPU" if str(record.get("device", "")).startswith("cpu")
-                                 else str(record.get("device", "")))
-
-
 def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
                   short: bool = False) -> str:
     """The verdict at the paper's own settings, in one line: its words, claim checks, seeds, device
