@@ -11,11 +11,13 @@ import re
 import shutil
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
 
 from replicate import config
+from replicate.harness import scoreboard
 from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 HTML = PROJECT_ROOT / "_build" / "html"
@@ -339,10 +341,20 @@ def test_every_verdict_is_on_screen_on_a_phone(browser, built_book, page):
     assert len(rights) == len(config.chapters()) and max(rights) <= 390, rights
 
 
+def test_every_page_footer_names_the_licences(built_book):
+    for page in ("intro.html", "claims/04_grokalign_speedup.html", "scoreboard.html"):
+        text = (built_book / "book" / page).read_text()
+        assert "Text and figures:" in text and "CC BY 4.0" in text and "Code: MIT" in text, page
+
+
 def test_the_about_page_says_how_to_cite_and_when_it_was_built(pages, built_book):
     text = (built_book / "book" / "about.html").read_text()
     assert "grokking_replicated" in text and "CC BY-SA 3.0" in text  # in the BibTeX block
     assert "This copy of the book was built on" in text and "from commit" in text
+    # The citation's version is the commit, filled in at the build; the licences are named.
+    words = unescape(re.sub(r"<[^>]+>", "", text))  # the BibTeX block is highlighted
+    assert "version = {commit " in words and scoreboard.BUILD_COMMIT not in words
+    assert "MIT licence" in words and "CC BY 4.0" in words
     # No repository set in _config.yml: no repository button in the header.
     assert "repository-button" not in text and "fa-github" not in text
 

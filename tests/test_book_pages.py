@@ -2,12 +2,13 @@
 import json
 
 import nbformat
+import yaml
 
 from replicate import config
 from replicate import verdict
 from replicate.harness import book_pages, scoreboard
 from replicate.harness.seeds import load_seeds
-from replicate.runtime import BOOK_DIR
+from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 RECORD = {"chapter": "07_optimizers", "title": "07 · Optimisers", "claim": "Adam reaches the minimum.",
           "preset": "cpu", "reproduced": False, "seed": 0, "device": "cpu (1 thread)",
@@ -309,14 +310,33 @@ def test_about_page_cites_the_book_names_the_licences_and_is_in_the_toc(tmp_path
               "html": {"repository_url": ""}}
     page = scoreboard.render_about(book_config, tmp_path)
     assert "@misc{grokking_replicated," in page and "author = {{The authors}}" in page
-    assert "url =" not in page and "no licence file" in page and "CC BY-SA 3.0" in page
+    assert f"version = {{{scoreboard.BUILD_COMMIT}}}" in page
+    assert "url =" not in page and page.count("no licence file") == 2 and "CC BY-SA 3.0" in page
+    assert "MIT" not in page and "CC BY 4.0" not in page
     (tmp_path / "LICENSE").write_text("MIT")
     book_config["html"]["repository_url"] = "https://example.org/book"
     page = scoreboard.render_about(book_config, tmp_path)
-    assert "url = {https://example.org/book}" in page and "`LICENSE` file" in page
+    assert "url = {https://example.org/book}" in page
+    assert "MIT licence (the project's `LICENSE` file)" in page
+    assert page.count("no licence file") == 1 and "CC BY 4.0" not in page
+    (tmp_path / "LICENSE-book").write_text("CC BY 4.0")
+    page = scoreboard.render_about(book_config, tmp_path)
+    assert "no licence file" not in page and "`LICENSE-book` file" in page and "CC BY 4.0" in page
     (tmp_path / "about.md").write_text(page)
     toc = scoreboard.write_toc(tmp_path / "claims", tmp_path / "_toc.yml").read_text()
     assert "file: book/about" in toc
+
+
+def test_the_project_grants_mit_for_the_code_and_cc_by_for_the_text_and_figures():
+    code, book = (PROJECT_ROOT / "LICENSE").read_text(), (PROJECT_ROOT / "LICENSE-book").read_text()
+    assert code.startswith("MIT License") and "Permission is hereby granted" in code
+    assert "CC BY 4.0" in book and "creativecommons.org/licenses/by/4.0" in book
+    assert "CC BY-SA 3.0" in book and "LICENSE" in book  # the exceptions: MNIST and the code
+    footer = yaml.safe_load((PROJECT_ROOT / "_config.yml").read_text())["html"]["extra_footer"]
+    assert all(name in footer for name in ("CC BY 4.0", "MIT", "CC BY-SA 3.0"))
+    about = scoreboard.render_about(yaml.safe_load((PROJECT_ROOT / "_config.yml").read_text()),
+                                    PROJECT_ROOT)
+    assert "MIT licence" in about and "CC BY 4.0" in about and "no licence" not in about
 
 
 def test_benchmarks_page_calls_the_papers_code_authors_code_not_seed():

@@ -11,7 +11,7 @@
   "" and to the builder as None, which compare unequal), so sphinx-thebe's
   `const THEBE_JS_URL = ...` ran twice and every page logged a SyntaxError.
 - The repository button in the header when `_config.yml` sets `html.repository_url`.
-- The About page says when and from which commit this copy was built.
+- The About page says when and from which commit this copy was built (also its citation's version).
 - Figures and exercises are numbered within their chapter, after it: "Figure 4.2", "Exercise 8.1"
   (Sphinx counts them across the whole book when the table of contents is not numbered).
 
@@ -94,6 +94,9 @@ def _stamp_about_page(app, docname, source) -> None:
     from ..runtime import git_commit
 
     if docname == ABOUT_PAGE:
+        from .scoreboard import BUILD_COMMIT
+
+        source[0] = source[0].replace(BUILD_COMMIT, f"commit {git_commit()}")
         source[0] += (f"\n\nThis copy of the book was built on {datetime.date.today():%Y-%m-%d} "
                       f"from commit `{git_commit()}`.\n")
 

@@ -244,20 +244,31 @@ def write_scoreboard(results_dir: Path, page: Path) -> Path:
     return page
 
 
+CODE_LICENCE, BOOK_LICENCE = "LICENSE", "LICENSE-book"  # MIT; CC BY 4.0 (text and figures)
+# The citation's version: the commit this copy is built from, filled in when Sphinx reads the page
+# (`book_sphinx`), so that the page's source changes only with its content.
+BUILD_COMMIT = "<commit of this copy>"
+
+
 def render_about(config: dict, project_root: Path) -> str:
     """The About page: how to cite the book (from `_config.yml`: title, author, year and
-    `html.repository_url`) and the licences. The build date and commit are added by
-    `book_sphinx` when Sphinx reads the page, so that this file changes only with its content."""
+    `html.repository_url`; the version is the commit it is built from) and the licences of the
+    code and of the text and figures, each stated only where its file exists. The build date and
+    commit are added by `book_sphinx` when Sphinx reads the page."""
     url = ((config.get("html") or {}).get("repository_url") or "").strip()
     fields = [("title", config["title"]), ("author", "{" + config["author"] + "}"),  # one name
               ("year", config.get("copyright", "")), ("howpublished", "Jupyter Book"),
-              *([("url", url)] if url else [])]
+              ("version", BUILD_COMMIT), *([("url", url)] if url else [])]
     citation = "@misc{grokking_replicated,\n" + ",\n".join(
         f"  {key} = {{{value}}}" for key, value in fields) + "\n}"
-    licences = sorted(project_root.glob("LICEN[CS]E*"))
-    code = (TEXTS["code_licence_file"].format(name=licences[0].name) if licences
-            else TEXTS["code_licence_missing"])
-    return TEXTS["about"].format(citation=citation, code_licence=code,
+
+    def licence(name: str, kind: str) -> str:
+        if (Path(project_root) / name).is_file():
+            return TEXTS[f"{kind}_licence_file"].format(name=name)
+        return TEXTS[f"{kind}_licence_missing"]
+
+    return TEXTS["about"].format(citation=citation, code_licence=licence(CODE_LICENCE, "code"),
+                                 book_licence=licence(BOOK_LICENCE, "book"),
                                  repository=f" The code: <{url}>." if url else "") + "\n"
 
 
