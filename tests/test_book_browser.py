@@ -411,3 +411,38 @@ def test_phone_screenshots_of_the_pages_a_reader_meets_first(browser, built_book
         tab.screenshot(path=str(shot), full_page=True)
         tab.close()
         assert shot.stat().st_size > 10_000
+
+
+# First visit of chapter 04 (its 7 figures and the most math): 4.5 MB before the icon script was
+# dropped and MathJax loaded as components. MathJax in the browser (0.76 MB) is most of what is
+# left of the shared part.
+CHAPTER_PAGE_BUDGET_MB, SHARED_BUDGET_MB = 2.6, 1.9
+
+
+def test_a_chapter_page_on_its_first_visit_stays_within_its_weight(browser, built_book):
+    page = "claims/04_grokalign_speedup.html"
+    tab = browser.new_page(viewport=VIEWPORT)
+    sizes = {}
+    tab.on("response", lambda r: sizes.__setitem__(r.url.split("?")[0], len(r.body())))
+    tab.goto((built_book / "book" / page).as_uri(), wait_until="load")
+    tab.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+    tab.wait_for_timeout(300)  # the math fonts load after typesetting
+    tab.close()
+    own = sum(size for url, size in sizes.items() if "/_images/" in url or url.endswith(page))
+    total = sum(sizes.values()) / 1e6
+    assert total <= CHAPTER_PAGE_BUDGET_MB and total - own / 1e6 <= SHARED_BUDGET_MB, (
+        total, sorted(sizes.items(), key=lambda kv: -kv[1])[:5])
+    assert not any(url.endswith("tex-chtml.js") for url in sizes)
+    assert sizes[next(u for u in sizes if u.endswith("scripts/fontawesome.js"))] < 1000
+
+
+@pytest.mark.parametrize("width", [1280, 992, 991, 390])
+def test_one_search_control_and_a_favicon_on_every_width(browser, built_book, width):
+    tab = _open(browser, built_book, "intro.html", width)
+    facts = tab.evaluate("""() => ({
+        search: Array.from(document.querySelectorAll('.search-button__button'))
+            .filter(b => b.offsetParent && b.getBoundingClientRect().width > 0).length,
+        icon: (document.querySelector('link[rel="icon"]') || {}).href || null})""")
+    tab.close()
+    assert facts["search"] == 1, facts
+    assert facts["icon"] and (built_book / "_static" / Path(facts["icon"]).name).exists(), facts

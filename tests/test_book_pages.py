@@ -442,3 +442,14 @@ def test_the_scoreboard_says_why_each_verdict_that_fails_fails_at_each_setting(t
     assert scoreboard.why_not([RECORD])[0] == ("- **07 · Optimisers on ravines** at `cpu`: sgd does not "
                                                "(ours: 0; paper: no).")
     assert scoreboard.why_not([dict(RECORD, checks=[RECORD["checks"][0]])]) == []
+
+
+def test_the_theme_keeps_the_rules_of_the_icons_in_use_and_drops_the_others():
+    from replicate.harness.book_sphinx import used_icon_rules
+
+    css = ('.a{color:red}.fa-bars:before,.fa-navicon:before{content:"\\f0c9"}'
+           '.fa-moon:before{content:"\\f186"}.fa-sun:before{content:"\\f185"}.b{margin:0}')
+    kept = used_icon_rules(css, {"fa-bars", "fa-sun", "fa-lg"})
+    assert kept == '.a{color:red}.fa-bars:before,.fa-navicon:before{content:"\\f0c9"}' \
+                   '.fa-sun:before{content:"\\f185"}.b{margin:0}'
+    assert used_icon_rules(css, set()) == ".a{color:red}.b{margin:0}"
