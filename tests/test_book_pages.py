@@ -453,3 +453,23 @@ def test_the_theme_keeps_the_rules_of_the_icons_in_use_and_drops_the_others():
     assert kept == '.a{color:red}.fa-bars:before,.fa-navicon:before{content:"\\f0c9"}' \
                    '.fa-sun:before{content:"\\f185"}.b{margin:0}'
     assert used_icon_rules(css, set()) == ".a{color:red}.b{margin:0}"
+
+
+def test_the_judging_appendix_is_an_index_with_one_page_per_chapter(tmp_path):
+    judging = tmp_path / "judging"
+    judging.mkdir()
+    for chapter in ("03_centroid_ntk", "01_delayed_robustness"):
+        (judging / f"{chapter}.md").write_text(f"(judging-{chapter})=\n# {chapter}\n")
+    index = scoreboard.write_judging(judging, tmp_path / "judging.md").read_text()
+    assert "{include}" not in index
+    links = [line for line in index.splitlines() if line[:1].isdigit()]
+    assert [line.split("<")[-1] for line in links] == [
+        "judging/01_delayed_robustness>`", "judging/03_centroid_ntk>`"]
+    toc = yaml.safe_load(scoreboard.write_toc(tmp_path / "claims", tmp_path / "_toc.yml").read_text())
+    appendix = next(p for p in toc["parts"] if p["caption"] == "Appendix")["chapters"][0]
+    assert appendix["file"] == "book/judging" and [s["file"] for s in appendix["sections"]] == [
+        "book/judging/01_delayed_robustness", "book/judging/03_centroid_ntk"]
+    # every published chapter's judging page opens with the one title a page needs
+    for page in sorted((BOOK_DIR / "judging").glob("*.md")):
+        titles = [line for line in page.read_text().splitlines() if line.startswith("# ")]
+        assert len(titles) == 1 and titles[0][2:4] == page.name[:2], page.name

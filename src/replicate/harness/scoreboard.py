@@ -229,6 +229,9 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
     if (Path(toc).parent / "teaching.md").exists():
         lines += ["  - caption: Teaching", "    chapters:", "      - file: book/teaching"]
     lines += ["  - caption: Appendix", "    chapters:", "      - file: book/judging"]
+    # one page per chapter's judging, under the appendix's index page
+    if judged := [ch for ch in chapters() if (Path(toc).parent / "judging" / f"{ch}.md").exists()]:
+        lines += ["        sections:", *(f"          - file: book/judging/{ch}" for ch in judged)]
     if (Path(toc).parent / "benchmarks.json").exists():
         lines.append("      - file: book/benchmarks")
     lines.append("      - file: book/references")
@@ -273,10 +276,12 @@ def render_about(config: dict, project_root: Path) -> str:
 
 
 def write_judging(judging_dir: Path, page: Path) -> Path:
-    """`judging.md`: the chapters' `judging/<chapter>.md` sections, in book order."""
-    includes = [f"```{{include}} judging/{ch}.md\n```" for ch in chapters()
-                if (Path(judging_dir) / f"{ch}.md").exists()]
-    page.write_text("\n\n".join([TEXTS["judging_header"], *includes]) + "\n")
+    """`judging.md`: the appendix's index, a link to each chapter's page `judging/<chapter>.md`
+    (its setup, measures, checks and changes from the paper), in book order."""
+    known = chapters()
+    judged = [ch for ch in known if (Path(judging_dir) / f"{ch}.md").exists()]
+    links = [f"{i}. {{doc}}`{known[ch].title} <judging/{ch}>`" for i, ch in enumerate(judged, 1)]
+    page.write_text("\n\n".join([TEXTS["judging_header"], "\n".join(links)]) + "\n")
     return page
 
 
