@@ -446,3 +446,15 @@ def test_one_search_control_and_a_favicon_on_every_width(browser, built_book, wi
     tab.close()
     assert facts["search"] == 1, facts
     assert facts["icon"] and (built_book / "_static" / Path(facts["icon"]).name).exists(), facts
+
+
+def test_the_student_edition_has_every_exercise_and_no_solution(built_book):
+    result = subprocess.run([sys.executable, "-m", "replicate", "build", "--student"],
+                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    student = PROJECT_ROOT / "_build" / "student" / "_build" / "html" / "book"
+    for page in sorted((built_book / "book" / "claims").glob("*.html")):
+        full, edition = page.read_text(), (student / "claims" / page.name).read_text()
+        assert edition.count('class="exercise') == full.count('class="exercise'), page.name
+        assert 'class="solution' in full and 'class="solution' not in edition, page.name
+    assert "(student edition)" in (student / "intro.html").read_text()

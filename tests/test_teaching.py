@@ -178,3 +178,15 @@ def test_chapter_box_states_the_preset_and_what_a_rerun_costs():
     box = verdict_box(record, None, None)
     assert "Preset `cpu`" in box and "115 s (1 of 1 runs from the cache) on cpu" in box
     assert "115 s on" in verdict_box(dict(record, runs={"reused": 0, "computed": 2}), None, None)
+
+
+def test_the_student_edition_is_built_from_the_same_config_with_solutions_hidden():
+    from replicate.harness.cli import book_build_command, student_config
+
+    config = {"title": "Grokking, replicated", "sphinx": {"config": {"html_last_updated_fmt": "%Y"}}}
+    student = student_config(config)
+    assert student["title"] == "Grokking, replicated (student edition)"
+    assert student["sphinx"]["config"] == {"html_last_updated_fmt": "%Y", "hide_solutions": True}
+    assert config["sphinx"]["config"] == {"html_last_updated_fmt": "%Y"}  # the book's is untouched
+    cmd, html = book_build_command(student=False)
+    assert "--path-output" not in cmd and html == PROJECT_ROOT / "_build" / "html"

@@ -24,6 +24,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import yaml
+
 from ..config import (ConfigError, RunSpec, chapters, get_chapter, load_preset, parameter_notes,
                       parse_seeds, parse_value, split_values)
 from ..runtime import BOOK_DIR, PROJECT_ROOT, display_path, git_commit
@@ -165,17 +167,41 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+STUDENT_DIR = PROJECT_ROOT / "_build" / "student"  # the student edition: _build/student/_build/html
+
+
+def student_config(config: dict) -> dict:
+    """The book's `_config.yml` for its student edition: the same pages, every exercise's solution
+    left out (sphinx-exercise's `hide_solutions`), and a title that says which edition it is."""
+    sphinx = dict(config.get("sphinx") or {})
+    sphinx["config"] = {**(sphinx.get("config") or {}), "hide_solutions": True}
+    return {**config, "title": f"{config['title']} (student edition)", "sphinx": sphinx}
+
+
+def book_build_command(student: bool = False) -> tuple[list[str], Path]:
+    """The `jupyter-book build` command line, and the folder the HTML lands in. -W: warnings are
+    errors (Jupyter Book v1 otherwise exits 0 on a broken page)."""
+    jb = Path(sys.executable).with_name("jupyter-book")
+    config, output = PROJECT_ROOT / "_config.yml", PROJECT_ROOT
+    if student:
+        STUDENT_DIR.mkdir(parents=True, exist_ok=True)
+        config = STUDENT_DIR / "_config.yml"
+        config.write_text(yaml.safe_dump(student_config(
+            yaml.safe_load((PROJECT_ROOT / "_config.yml").read_text())), sort_keys=False))
+        output = STUDENT_DIR
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(PROJECT_ROOT), "--toc",
+           str(BOOK_DIR / "_toc.yml"), "--config", str(config), "-W", "-n", "--keep-going",
+           *(["--path-output", str(output)] if student else [])]
+    return cmd, output / "_build" / "html"
+
+
 def cmd_build(args) -> int:
     ex.repair_book(results_dir=Path(args.results_dir))
     scoreboard.write_pages(Path(args.results_dir))
-    # -W: warnings are errors (Jupyter Book v1 otherwise exits 0 on a broken page).
-    jb = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(PROJECT_ROOT), "--toc",
-           str(BOOK_DIR / "_toc.yml"), "--config", str(PROJECT_ROOT / "_config.yml"), "-W", "-n",
-           "--keep-going"]
+    cmd, html = book_build_command(student=args.student)
     code = subprocess.run(cmd, cwd=PROJECT_ROOT).returncode
     if code == 0:
-        print(f"book built: {PROJECT_ROOT / '_build' / 'html' / 'index.html'}")
+        print(f"book built: {html / 'index.html'}")
     return code
 
 
@@ -290,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--results-dir", default=book, help=hidden)
 
     commands["build"].add_argument("--results-dir", default=book, help=hidden)
+    commands["build"].add_argument("--student", action="store_true",
+                                   help="the student edition: the same pages without the exercises' "
+                                        "solutions, into _build/student/_build/html/")
     commands["validate"].add_argument("chapters", nargs="*", metavar="CHAPTER")
     commands["validate"].add_argument("--claims-dir", default=str(ex.CLAIMS_DIR), help=hidden)
     commands["validate"].add_argument("--results-dir", default=book, help=hidden)
