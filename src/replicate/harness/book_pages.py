@@ -12,7 +12,7 @@ import yaml
 
 from ..config import chapters, format_value, label
 from ..runtime import atomic_write
-from ..verdict import check_key, inconclusive_count
+from ..verdict import check_key, inconclusive_count, word
 from .seeds import same_in_every_seed
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
@@ -199,6 +199,26 @@ def paper_numbers_lines(chapter: str, seeds: dict) -> list[str]:
             "In words |", "|---|---|---|---|", *rows]
 
 
+def paired_lines(seeds: dict) -> list[str]:
+    """The table of the clauses a chapter judges across seeds (`seeds.paired_clause`): the word in
+    bold where it is not PASS, the seeds in the paper's direction, the sign test's p and the
+    ratio of the two values over the seeds."""
+    if not seeds.get("paired"):
+        return []
+    lines = ["", TEXTS["seeds_paired"].format(rule=seeds["paired_rule"]), "",
+             "| Clause | Result | Seeds in the paper's direction | Sign test p | "
+             "Ratio, median [range] |", "|---|---|---|---|---|"]
+    for c in seeds["paired"]:
+        result = word(c) if c["passed"] else f"**{word(c)}**: {c['diagnosis']}"
+        ratio = c.get("ratio")
+        lines.append("| " + " | ".join(table_cell(text) for text in (
+            c["clause"], result, f"{c['k']}/{c['n']} (share {pass_rate(c['share_ci95'])})",
+            "" if c["p_value"] is None else f"{c['p_value']:.3g}",
+            "" if not ratio else f"{ratio['median']:.3g} [{ratio['range'][0]:.3g}, "
+                                 f"{ratio['range'][1]:.3g}]")) + " |")
+    return lines
+
+
 def across_seeds_section(record: dict, seeds: dict | None) -> str:
     name = record["chapter"]
     if not seeds:
@@ -230,6 +250,7 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
         lines.append("| " + " | ".join(table_cell(text) for text in (
             c["name"], c["kind"], k, mean, interval, median)) + " |")
     lines += paper_numbers_lines(name, seeds)
+    lines += paired_lines(seeds)
     diagnoses = [f"- *{table_cell(c['name'])}*, seed {s}: {text}" for c in seeds["checks"]
                  for s, text in (c.get("diagnoses") or {}).items()]
     if diagnoses:

@@ -127,6 +127,12 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> list[float] | None:
     return [round(low, 4), round(high, 4)]
 
 
+def median_of(values: list[float]) -> float:
+    """The middle value, or the mean of the two middle ones."""
+    ordered, n = sorted(values), len(values)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
 def summarise(values: list[float]) -> dict:
     """Mean, sample standard deviation and, from `MIN_SEEDS_FOR_INTERVAL` seeds on, the 95%
     bootstrap interval of the mean; with them the median and the range, which is how the papers
@@ -137,8 +143,7 @@ def summarise(values: list[float]) -> dict:
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": None, "sd": None, "ci95": None, "median": None, "range": None}
-    mean, ordered = sum(values) / n, sorted(values)
-    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    mean, ordered, median = sum(values) / n, sorted(values), median_of(values)
     sd = ci95 = None
     if n > 1:  # one seed has no spread to estimate
         sd = rounded(math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)))
@@ -149,6 +154,77 @@ def summarise(values: list[float]) -> dict:
         ci95 = [max(rounded(low), span[0]), min(rounded(high), span[1])]
     return {"n": n, "mean": rounded(mean), "sd": sd, "ci95": ci95, "median": rounded(median),
             "range": span}
+
+
+PAIRED_LEVEL = 0.05
+PAIRED_RULE = ("each seed's run against itself, in the paper's direction when the value the paper "
+               "says is larger is the larger one; PASS when a one-sided sign test rejects 'either "
+               "direction is as likely' at 5%; FAIL when at most half of the seeds go the paper's "
+               "way; INCONCLUSIVE in between, too few seeds to tell")
+
+
+def sign_test_p(k: int, n: int) -> float:
+    """One-sided sign test: the chance of k or more of n seeds in one direction when each seed
+    is a fair coin, sum over j >= k of C(n, j) / 2^n. Five seeds out of five give 1/32 = 0.031;
+    four of five, 6/32 = 0.19."""
+    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2 ** n
+
+
+def seeds_needed(n: int, level: float = PAIRED_LEVEL) -> int | None:
+    """The fewest of n seeds in the paper's direction that the sign test accepts at `level`
+    (None: not even n of n, as for four seeds or fewer at 5%)."""
+    return next((k for k in range(n + 1) if sign_test_p(k, n) <= level), None)
+
+
+def value_at(ours, where):
+    """The number a paired clause reads from a check's `ours`: `where` is a key, or [key, index]
+    for one item of a listed pair (e.g. ["clipped", 1]: the largest peak of (count, peak))."""
+    key, index = (where, None) if isinstance(where, str) else where
+    value = ours.get(key) if isinstance(ours, dict) else None
+    if index is not None:
+        value = value[index] if isinstance(value, (list, tuple)) and len(value) > index else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def paired_clause(clause: dict, records: dict[int, dict]) -> dict:
+    """A clause one seed cannot test (a report in each run), judged over the seeds: in each seed
+    the two values of the report `clause["check"]` that the paper orders (`larger` above
+    `smaller`), the count of seeds in the paper's direction, the sign test's p, the exact
+    interval of that share, and the ratio larger / smaller (median and range)."""
+    per_seed = {}
+    for seed in sorted(records):
+        check = next((c for c in records[seed].get("checks", []) if c.get("id") == clause["check"]),
+                     None)
+        pair = [value_at(check.get("ours"), clause[side]) for side in ("larger", "smaller")] \
+            if check else [None, None]
+        if None not in pair:
+            per_seed[str(seed)] = pair
+    n, k = len(per_seed), sum(a > b for a, b in per_seed.values())
+    ratios = sorted(float(f"{a / b:.4g}") for a, b in per_seed.values() if b > 0)
+    p_value, needed = (sign_test_p(k, n), seeds_needed(n)) if n else (None, None)
+    passed = n > 0 and p_value <= PAIRED_LEVEL
+    inconclusive = not passed and (n == 0 or k > n / 2)
+    if passed:
+        diagnosis = None
+    elif n == 0:
+        diagnosis = "no seed's run reports both values"
+    elif inconclusive:
+        diagnosis = (f"{k} of {n} seeds in the paper's direction: most, but " + (
+            f"the sign test needs {needed} of {n} at 5%" if needed else
+            f"{n} seed{'s' if n != 1 else ''} cannot reach 5% even all in one direction")
+            + f" (p = {p_value:.3g})")
+    else:
+        diagnosis = (f"{k} of {n} seeds in the paper's direction (p = {p_value:.3g}): "
+                     f"no more than half")
+    return {"id": clause["id"], "clause": clause["clause"], "check": clause["check"],
+            "larger": clause["larger"], "smaller": clause["smaller"], "kind": "claim",
+            "per_seed": per_seed, "k": k, "n": n,
+            "p_value": None if p_value is None else round(p_value, 4),
+            "share_ci95": clopper_pearson(k, n),
+            "ratio": {"median": float(f"{median_of(ratios):.4g}"), "range": [ratios[0], ratios[-1]]}
+            if ratios else None,
+            "passed": passed, "inconclusive": inconclusive, "diagnosis": diagnosis}
 
 
 def same_in_every_seed(values: list[float], noise: float = 1e-9) -> bool:
@@ -169,11 +245,13 @@ def with_ids(checks: list[dict], ids: dict[str, str]) -> list[dict]:
             for c in checks]
 
 
-def aggregate_records(records: dict[int, dict], deterministic: bool = False) -> dict:
+def aggregate_records(records: dict[int, dict], deterministic: bool = False,
+                      paired: list[dict] | None = None) -> dict:
     """The across-seed part of a seeds file from {seed: verdict record}, each check matched
     across seeds by its id (a seed written before ids takes the id of the same name in the
     others), or by its name where no seed has an id. `deterministic`: the chapter says the seed
-    enters nothing it computes (else: every number agrees to rounding)."""
+    enters nothing it computes (else: every number agrees to rounding). `paired`: the chapter's
+    clauses judged across seeds (`across_seeds:` in its chapter.yaml; `paired_clause`)."""
     seeds, n = sorted(records), len(records)
     ids = ids_by_name(c for r in records.values() for c in r.get("checks", []))
     # found: check key -> {"name", "kind", "per_seed", ...}; numbers: (check key, key) -> {seed: v}
@@ -220,7 +298,9 @@ def aggregate_records(records: dict[int, dict], deterministic: bool = False) -> 
             "inconclusive_seeds": untested,
             "interval": INTERVAL, "pass_rate_interval": PASS_RATE_INTERVAL,
             "reproduced": {"k": k, "n": n, "ci95": clopper_pearson(k, n)}, "checks": checks,
-            "values": values, "unmatched": unmatched}
+            "values": values, "unmatched": unmatched,
+            **({"paired_rule": PAIRED_RULE,
+                "paired": [paired_clause(c, records) for c in paired]} if paired else {})}
 
 
 def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None = None,
@@ -231,7 +311,8 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
         raise ConfigError("aggregate over seeds: do not fix the seed")
     runs, failed, note = collect_runs(chapter, preset, spec.overrides, results_dir, sweeps_dir)
     body = aggregate_records({seed: run["record"] for seed, run in runs.items()},
-                             bool(get_chapter(chapter).get("deterministic")))
+                             bool(get_chapter(chapter).get("deterministic")),
+                             get_chapter(chapter).get("across_seeds"))
     home = published_dir(preset, results_dir) or Path(results_dir)
     publication = home / f"{chapter}.json"
     published = json.loads(publication.read_text()).get("git_commit") if publication.exists() else None
