@@ -473,3 +473,17 @@ def test_the_judging_appendix_is_an_index_with_one_page_per_chapter(tmp_path):
     for page in sorted((BOOK_DIR / "judging").glob("*.md")):
         titles = [line for line in page.read_text().splitlines() if line.startswith("# ")]
         assert len(titles) == 1 and titles[0][2:4] == page.name[:2], page.name
+
+
+def test_the_scoreboards_checks_read_as_text_and_a_failure_stands_out():
+    assert scoreboard.readable({"settled at step": 60, "T": 40000, "final": 0.9032}) == \
+        "settled at step 60, T 40,000, final 0.903"
+    assert scoreboard.readable({"clipped": [21, 0.4799], "shrunk": True}) == "clipped (21, 0.48), shrunk yes"
+    assert scoreboard.readable(15400.0) == "15,400" and scoreboard.readable(0.03483) == "0.0348"
+    record = {**RECORD, "checks": [
+        {"name": "a", "kind": "claim", "passed": True, "ours": {"T": 40000}, "paper": "p"},
+        {"name": "b", "kind": "claim", "passed": False, "ours": 1.5, "paper": "p"},
+        {"name": "c", "kind": "claim", "passed": False, "inconclusive": True, "ours": 2, "paper": "p"}]}
+    page = scoreboard.render([record])
+    assert "| a | claim | PASS | T 40,000 | p |" in page and "{" not in page.split("| Check |")[-1]
+    assert "| b | claim | **FAIL** |" in page and "| c | claim | **INCONCLUSIVE** |" in page

@@ -28,6 +28,22 @@ def _cell(value) -> str:
     return format_value(value).replace("|", "\\|").replace("\n", " ")
 
 
+def readable(value) -> str:
+    """A check's measured value as a person reads it: `{settled at step: 60, T: 40000}` becomes
+    "settled at step 60, T 40,000"; whole numbers with thousands separators, other numbers to
+    three significant digits, true/false as yes/no, lists as "a, b"."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    whole = isinstance(value, float) and value.is_integer() and abs(value) >= 1000
+    if isinstance(value, int) or whole:
+        return f"{int(value):,}"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(readable(v) for v in value) + ")"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {readable(v)}" for k, v in value.items())
+    return format_value(value)
+
+
 def chapter_link(name: str, title: str, claims_dir: Path) -> str:
     """A chapter's title, linked to its page when it has one (an unexecuted chapter has none, and a
     link without a target fails the build)."""
@@ -183,8 +199,9 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
                   "| Check | Kind | Result | Ours | Paper |", "|---|---|---|---|---|"]
         for c in r["checks"]:
             result = "—" if c["kind"] == "report" else word(c)
-            lines.append(f"| {_cell(c['name'])} | {c['kind']} | {result} | {_cell(c['ours'])} | "
-                         f"{_cell(c['paper'])} |")
+            result = result if result in ("—", "PASS") else f"**{result}**"  # a failure stands out
+            lines.append(f"| {_cell(c['name'])} | {c['kind']} | {result} | "
+                         f"{_cell(readable(c['ours']))} | {_cell(c['paper'])} |")
     lines.append(":::")
     return "\n".join(lines) + "\n"
 
