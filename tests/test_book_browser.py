@@ -71,6 +71,30 @@ def _pages(html: Path) -> list[Path]:
     return sorted((html / "book").rglob("*.html"))
 
 
+# The words of table cells that a line break cuts in two (a word whose characters sit on more
+# than one line), at most 10 of them. A break after a hyphen, a dash or a vertical bar ("0–" /
+# "52%"; Unicode lets a line break there) is the typographer's, so the words are the runs
+# between spaces and those.
+BROKEN_WORDS_JS = """(root) => {
+    const broken = [];
+    for (const cell of root.querySelectorAll('table td, table th')) {
+      if (!cell.offsetParent) continue;
+      const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n && broken.length < 10; n = walker.nextNode()) {
+        for (const m of n.textContent.matchAll(/[^\\s\\-–—|]+/g)) {
+          const range = document.createRange();
+          range.setStart(n, m.index);
+          range.setEnd(n, m.index + m[0].length);
+          const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0)
+                                .map(r => Math.round(r.top)));
+          if (tops.size > 1) broken.push(m[0]);
+        }
+      }
+    }
+    return broken;
+}"""
+
+
 def _inspect(browser, page_path: Path) -> dict:
     page = browser.new_page(viewport=VIEWPORT)  # a fresh context: a first visit every time
     failed, errors = [], []
@@ -101,9 +125,13 @@ def _inspect(browser, page_path: Path) -> dict:
           pageOverflow: document.documentElement.scrollWidth > window.innerWidth,
           // against the box the table sits in (the theme's scroll container): wider, and its
           // last columns hide behind a sideways scroll
+          // ... unless that box scrolls and shows the shadow that says so (book.css)
           wideTables: Array.from(article.querySelectorAll('table')).filter(t => t.offsetParent
-                     && t.getBoundingClientRect().width > t.parentElement.clientWidth + 1)
+                     && t.getBoundingClientRect().width > t.parentElement.clientWidth + 1
+                     && !(['auto', 'scroll'].includes(getComputedStyle(t.parentElement).overflowX)
+                          && getComputedStyle(t.parentElement).backgroundImage.includes('gradient')))
                      .map(t => (t.querySelector('th') || {}).textContent),
+          brokenWords: (BROKEN_WORDS)(article),
           references: document.querySelectorAll('.citation').length,
           unlinkedReferences: Array.from(document.querySelectorAll('.citation'))
                      .filter(e => !e.querySelector('a.reference.external'))
@@ -142,7 +170,7 @@ def _inspect(browser, page_path: Path) -> dict:
                      .map(p => parseFloat(getComputedStyle(p).fontSize) / body);
           })(),
         };
-    }""")
+    }""".replace("BROKEN_WORDS", BROKEN_WORDS_JS))
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / (page_path.stem + ".png")), full_page=True)
     page.close()
@@ -247,8 +275,9 @@ PHONE_FACTS = """() => {
           return {scrolls: ['auto', 'scroll'].includes(style.overflowX),
                   cue: style.backgroundImage.includes('gradient')};
         }),
+      brokenWords: (BROKEN_WORDS)(article),
       pageOverflow: document.documentElement.scrollWidth > window.innerWidth};
-}"""
+}""".replace("BROKEN_WORDS", BROKEN_WORDS_JS)
 
 
 @pytest.mark.parametrize("page", ["intro.html", "scoreboard.html", *(
@@ -268,6 +297,7 @@ def test_on_a_phone_figures_fit_the_column_output_is_readable_and_wide_tables_sc
     assert facts["tapHint"]
     assert all(scale >= 0.85 for scale in facts["outputScale"]), facts["outputScale"]
     assert all(t["scrolls"] and t["cue"] for t in facts["wideTables"]), facts["wideTables"]
+    assert not facts["brokenWords"], facts["brokenWords"]
     if page.startswith("claims/"):
         assert facts["figures"] and facts["outputScale"]
 
@@ -288,9 +318,14 @@ def test_no_page_logs_a_console_error(pages):
     assert not errors
 
 
-def test_no_table_is_wider_than_the_text_column(pages):
+def test_no_table_is_wider_than_the_text_column_unless_it_scrolls_with_a_cue(pages):
     wide = {name: f["wideTables"] for name, f in pages.items() if f["wideTables"]}
     assert not wide
+
+
+def test_no_word_in_a_table_is_broken_inside_itself(pages):
+    broken = {name: f["brokenWords"] for name, f in pages.items() if f["brokenWords"]}
+    assert not broken
 
 
 # A 1974 Moscow book with no DOI, arXiv id or online copy we could verify.
