@@ -493,3 +493,15 @@ def test_the_student_edition_has_every_exercise_and_no_solution(built_book):
         assert edition.count('class="exercise') == full.count('class="exercise'), page.name
         assert 'class="solution' in full and 'class="solution' not in edition, page.name
     assert "(student edition)" in (student / "intro.html").read_text()
+
+
+def test_search_snippets_are_plain_words_without_tex_or_code(browser, built_book):
+    # The search page turns a page's HTML into the text its snippets come from; fed chapter 05's
+    # (the most inline math) it must give words: no TeX, no code cell, no cell buttons.
+    tab = _open(browser, built_book, "../search.html", 1280)
+    html = (built_book / "book" / "claims" / "05_slingshot_hessian.html").read_text()
+    text = tab.evaluate("(html) => Search.htmlToText(html)", html)
+    tab.close()
+    assert "λ_min" in text  # \(\lambda_{min}\) in the page's source
+    for raw in ("\\(", "\\lambda", "\\mathrm", "Show code cell", "import "):
+        assert raw not in text, raw
