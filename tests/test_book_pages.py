@@ -487,3 +487,15 @@ def test_the_scoreboards_checks_read_as_text_and_a_failure_stands_out():
     page = scoreboard.render([record])
     assert "| a | claim | PASS | T 40,000 | p |" in page and "{" not in page.split("| Check |")[-1]
     assert "| b | claim | **FAIL** |" in page and "| c | claim | **INCONCLUSIVE** |" in page
+
+
+def test_the_intro_says_why_each_failure_fails_and_what_the_interval_is(tmp_path):
+    intro = tmp_path / "intro.md"
+    intro.write_text("# Title\n\nText by hand.\n")
+    text = scoreboard.write_intro_summary(BOOK_DIR / "results", intro, BOOK_DIR / "claims").read_text()
+    fold = text.split(scoreboard.TEXTS["reading_header"], 1)[1].split(scoreboard.INTRO_END)[0]
+    assert "Clopper-Pearson" in fold and "Text by hand." in text
+    failing = [r for r in scoreboard.load_results(BOOK_DIR / "results") if not r["reproduced"]]
+    titles = [scoreboard.short_title(config.chapters()[r["chapter"]]) for r in failing]
+    assert titles and all(f"**{title}** at `cpu`" in fold for title in titles)
+    assert "{" not in fold.split("*Reproduced*")[0]  # measured values as words, not dicts

@@ -127,7 +127,7 @@ def failing_checks(record: dict, most: int = 2) -> str:
     then how many more), for a one-line 'why'."""
     failed = [c for c in record["checks"] if c["kind"] == "claim" and not c["passed"]]
     said = [f"{c['name']} ({'inconclusive' if c.get('inconclusive') else 'ours'}: "
-            f"{format_value(counted(c['ours']))}; paper: {format_value(counted(c['paper']))})"
+            f"{readable(counted(c['ours']))}; paper: {readable(counted(c['paper']))})"
             for c in failed[:most]]
     more = len(failed) - len(said)
     return "; ".join(said) + (f"; and {more} more" if more > 0 else "")
@@ -219,9 +219,11 @@ def write_intro_summary(results_dir: Path, intro: Path, claims_dir: Path | None 
     claims = Path(claims_dir or Path(intro).parent / "claims")
     sentence = headline(results, seeds, load_papers(results_dir)) + \
         " The {doc}`scoreboard` has each claim and check."
-    block = "\n".join([INTRO_START, "", sentence, "",
-                       *summary_table(results, seeds, claims, load_papers(results_dir)), "",
-                       INTRO_END])
+    papers = load_papers(results_dir)
+    # the same fold as the scoreboard's (why each failure fails, the legend), without provenance
+    block = "\n".join([INTRO_START, "", sentence, "", *summary_table(results, seeds, claims, papers),
+                       "", f":::{{dropdown}} {TEXTS['reading_header']}", *why_not(results, papers),
+                       TEXTS["scoreboard_legend"], ":::", "", INTRO_END])
     text = Path(intro).read_text()
     if INTRO_START in text:
         before, rest = text.split(INTRO_START, 1)
