@@ -1,5 +1,6 @@
 """The parts of a chapter page written from its results: verdict box, checks table, across seeds."""
 import json
+import re
 
 import nbformat
 import yaml
@@ -469,6 +470,12 @@ def test_the_judging_appendix_is_an_index_with_one_page_per_chapter(tmp_path):
     appendix = next(p for p in toc["parts"] if p["caption"] == "Appendix")["chapters"][0]
     assert appendix["file"] == "book/judging" and [s["file"] for s in appendix["sections"]] == [
         "book/judging/01_delayed_robustness", "book/judging/03_centroid_ntk"]
+    assert "book/changes" not in [c["file"] for c in next(
+        p for p in toc["parts"] if p["caption"] == "Appendix")["chapters"]]
+    (tmp_path / "changes.md").write_text("# Changes\n")
+    toc = yaml.safe_load(scoreboard.write_toc(tmp_path / "claims", tmp_path / "_toc.yml").read_text())
+    assert next(p for p in toc["parts"] if p["caption"] == "Appendix")["chapters"][-1] == {
+        "file": "book/changes"}
     # every published chapter's judging page opens with the one title a page needs
     for page in sorted((BOOK_DIR / "judging").glob("*.md")):
         titles = [line for line in page.read_text().splitlines() if line.startswith("# ")]
@@ -499,3 +506,13 @@ def test_the_intro_says_why_each_failure_fails_and_what_the_interval_is(tmp_path
     titles = [scoreboard.short_title(config.chapters()[r["chapter"]]) for r in failing]
     assert titles and all(f"**{title}** at `cpu`" in fold for title in titles)
     assert "{" not in fold.split("*Reproduced*")[0]  # measured values as words, not dicts
+
+
+def test_reader_pages_name_no_commit_but_their_own_and_the_changes_page_keeps_the_history():
+    # A judging page describes how a claim is judged; which commit an experiment ran at is
+    # history, kept on the Changes page.
+    sha = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}\b")
+    for page in sorted((BOOK_DIR / "judging").glob("*.md")):
+        text = page.read_text()
+        assert not sha.findall(text) and "earlier version" not in text, page.name
+    assert len(sha.findall((BOOK_DIR / "changes.md").read_text())) >= 5

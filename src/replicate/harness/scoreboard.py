@@ -254,6 +254,8 @@ def write_toc(claims_dir: Path, toc: Path) -> Path:
     if (Path(toc).parent / "benchmarks.json").exists():
         lines.append("      - file: book/benchmarks")
     lines.append("      - file: book/references")
+    if (Path(toc).parent / "changes.md").exists():  # the book's history, kept off its pages
+        lines.append("      - file: book/changes")
     toc.write_text("\n".join(lines) + "\n")
     return toc
 
