@@ -8,6 +8,7 @@ import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -556,7 +557,7 @@ def test_a_chapter_that_reuses_anothers_runs_starts_only_once_that_one_has_finis
 def test_without_ray_the_chapters_still_run_one_after_another(tmp_path, monkeypatch, capsys):
     from replicate.harness import cli as command_line
 
-    def no_ray(jobs, lanes):
+    def no_ray(jobs, lanes, address=None):
         raise config.ConfigError("the local Ray did not start, twice (no room)")
     ran = []
     monkeypatch.setattr(lanes, "run_in_lanes", no_ray)
@@ -587,6 +588,49 @@ def test_two_chapters_run_in_two_lanes_and_each_publishes_its_pair(tmp_path):
         record = json.loads((tmp_path / f"{chapter}.json").read_text())
         assert record["preset"] == "smoke" and (tmp_path / f"{chapter}.ipynb").exists()
         assert record["device"] == "cpu (1 thread)"  # each lane on one thread
+
+
+def test_run_with_an_address_runs_the_lanes_on_that_cluster_and_publishes_each_pair(tmp_path):
+    # A Ray head started here stands for the cluster; its processes carry a marker of their own,
+    # so that the test stops them, and only them, whatever Ray other work has running.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    marker = f"cluster-test-{os.getpid()}"
+    # Ray authenticates with a token (by default from 2.59 on): the cluster's own, handed to
+    # whoever joins it, as an operator would (RAY_AUTH_TOKEN, Ray's documented variable).
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
+    env = dict(os.environ, **auth, **{ray_tasks.MARKER: marker, "RAY_USAGE_STATS_ENABLED": "0"})
+    ray = str(Path(sys.executable).with_name("ray"))
+    started = subprocess.run([ray, "start", "--head", "--node-ip-address", "127.0.0.1",
+                              "--port", str(port), "--num-cpus", "2", "--include-dashboard",
+                              "false", "--disable-usage-stats"],
+                             capture_output=True, text=True, timeout=180, env=env)
+    try:
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        result = cli("run", "07_optimizers", "03_centroid_ntk", "--preset", "smoke",
+                     "--address", f"127.0.0.1:{port}", "--claims-dir", str(tmp_path),
+                     env=dict(os.environ, **auth, REPLICATE_CACHE_DIR=str(tmp_path / "cache")))
+    finally:
+        ray_tasks.kill_marked(marker)
+        # `ray start` left its address for a later ray.init() without one to join (as
+        # `ray stop`, which would stop every Ray here, would remove it)
+        current = Path("/tmp/ray/ray_current_cluster")
+        if current.exists() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"on the Ray cluster at 127.0.0.1:{port}" in result.stdout
+    assert "in 2 lanes" in result.stdout and "[2/2]" in result.stdout + result.stderr
+    for chapter in ("07_optimizers", "03_centroid_ntk"):
+        record = json.loads((tmp_path / f"{chapter}.json").read_text())
+        assert record["preset"] == "smoke" and (tmp_path / f"{chapter}.ipynb").exists()
+
+
+def test_run_with_an_address_where_nothing_answers_gets_one_line_and_runs_nothing(tmp_path):
+    result = cli("run", "07_optimizers", "--preset", "smoke", "--address", "127.0.0.1:1",
+                 "--claims-dir", str(tmp_path))
+    assert result.returncode == 2 and "nothing answers there" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
 
 
 def test_seeds_that_change_nothing_count_as_one_run_not_as_robust():

@@ -60,6 +60,8 @@ def cmd_run(args) -> int:
     # Everything is checked before the first chapter starts: specs, data, destinations.
     if args.lanes is not None and args.lanes < 1:
         raise ConfigError("--lanes must be at least 1")
+    if args.address:
+        check_address(args.address)
     overrides = {name: parse_value(text) for name, text in args.param or []}
     preset = args.preset if args.preset is not None else ("paper" if args.shape_only else "cpu")
     if args.shape_only:
@@ -106,17 +108,23 @@ def cmd_run(args) -> int:
         print(message if ok else f"error: {message}\n       the published {page} and its verdict "
               "were left unchanged", file=sys.stdout if ok else sys.stderr)
 
-    at_once, ran = (args.lanes if args.lanes is not None else (os.cpu_count() or 1)), False
-    if at_once > 1 and len(specs) > 1:
+    # On a cluster, as many lanes as chapters unless --lanes says otherwise; here, the cores.
+    at_once, ran = (args.lanes or (len(specs) if args.address else os.cpu_count() or 1)), False
+    if args.address or (at_once > 1 and len(specs) > 1):
         specs = lanes.longest_first(specs, ex.RESULTS_DIR)
         at_once = min(at_once, len(specs))
-        print(f"running {len(specs)} chapters in {at_once} lanes of one thread each, longest "
-              f"first: {', '.join(s.chapter for s in specs)}", flush=True)
+        where = f"on the Ray cluster at {args.address}" if args.address else "here"
+        print(f"running {len(specs)} chapters in {at_once} lanes of one thread each {where}, "
+              f"longest first: {', '.join(s.chapter for s in specs)}", flush=True)
         try:
-            for result in lanes.run_in_lanes([(s, *targets[s.chapter]) for s in specs], at_once):
+            for result in lanes.run_in_lanes([(s, *targets[s.chapter]) for s in specs], at_once,
+                                             address=args.address):
                 report(result["spec"], result["ok"], result["message"])
             ran = True
-        except ConfigError as err:  # Ray cannot start here: the chapters still run, in turn
+        except ConfigError as err:
+            if args.address:  # the cluster asked for is not there: say so, run nothing here
+                raise
+            # Ray cannot start here: the chapters still run, in turn
             print(f"{err}\nrunning the chapters one after another instead", file=sys.stderr)
     for spec in [] if ran else specs:
         claims_dir, results_dir = targets[spec.chapter]
@@ -300,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lanes", type=int, default=None,
                      help="chapters run at once, one thread each, on a local Ray (default: the "
                           "cores; 1: one after another)")
+    run.add_argument("--address", default=None,
+                     help="run the chapters' lanes on a Ray cluster (auto, or HOST:6379); its "
+                          "nodes must share this project's folders")
     run.add_argument("--claims-dir", default=None, help=hidden)
     run.add_argument("--results-dir", default=None, help=hidden)
 

@@ -1,6 +1,8 @@
 """The book's parallel lanes: `run` with several chapters (`make book`) executes each chapter in
-a lane of its own on a local Ray, one thread each, the longest first, a chapter that reuses
-another's runs after that one, and each published exactly as a run on its own would be."""
+a lane of its own on a local Ray, or on a Ray cluster (`run --address`), one thread each, the
+longest first, a chapter that reuses another's runs after that one, and each published exactly as
+a run on its own would be. On a cluster every node must see the project's folders at the same
+path (a shared file system), as for `sweep --address`."""
 from __future__ import annotations
 
 import json
@@ -48,13 +50,14 @@ def execute_in_lane(spec: RunSpec, claims_dir: str, results_dir: str, session_id
 
 
 def run_in_lanes(jobs: list[tuple[RunSpec, Path, Path]], lanes: int, quiet: bool = False,
-                 start: Callable[[int], Callable] = start_local_ray) -> list[dict]:
+                 start: Callable[[int], Callable] = start_local_ray,
+                 address: str | None = None) -> list[dict]:
     """Execute chapters, each (spec, claims dir, results dir), in `lanes` parallel lanes on a
-    local Ray, one thread each, in the order given, except that a chapter declared to run after
-    another waits for it (`next_ready`). A chapter that fails is not run again: it failed as it
-    would on its own. Returns {"spec", "ok", "message", "duration_s"} per chapter, in the order
-    they finished. Raises ConfigError (one line) when Ray cannot start; Ctrl-C kills the lanes'
-    kernels."""
+    local Ray (or on the cluster at `address`), one thread each, in the order given, except that
+    a chapter declared to run after another waits for it (`next_ready`). A chapter that fails is
+    not run again: it failed as it would on its own. Returns {"spec", "ok", "message",
+    "duration_s"} per chapter, in the order they finished. Raises ConfigError (one line) when Ray
+    cannot start or connect; Ctrl-C kills the lanes' kernels."""
     import ray
     from tqdm.auto import tqdm
     lanes, finished = max(1, min(lanes, len(jobs))), []
@@ -71,7 +74,7 @@ def run_in_lanes(jobs: list[tuple[RunSpec, Path, Path]], lanes: int, quiet: bool
         bar.update(1)
 
     try:
-        with ray_session(None, lanes, start_local=start) as session:
+        with ray_session(address, lanes, start_local=start) as session:
             remote = ray.remote(execute_in_lane).options(num_cpus=1, max_retries=0)
             try:
                 run_tasks([spec for spec, _, _ in jobs], lanes, lambda spec: remote.remote(

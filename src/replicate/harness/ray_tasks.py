@@ -46,9 +46,11 @@ def check_address(address: str) -> None:
 
 
 def start_local_ray(slots: int) -> Callable[[], None]:
-    """Start a Ray here with `slots` CPU slots, without its web dashboard; returns its stop."""
+    """Start a Ray here with `slots` CPU slots, without its web dashboard; returns its stop.
+    A new one always (`address="local"`): without an address `ray.init` joins the last cluster
+    started on this machine (`ray start`), if its address file is still there."""
     import ray
-    ray.init(num_cpus=slots, **RAY_INIT)
+    ray.init(address="local", num_cpus=slots, **RAY_INIT)
     return ray.shutdown
 
 
