@@ -120,7 +120,10 @@ def test_the_scoreboard_names_seeds_run_by_other_code_and_vouches_for_the_rest()
     code["commits"].append({"commit": "ccc", "seeds": [3], "differs": ["notebook code cell 2"]})
     apart = scoreboard.provenance([record], {"01_x": {"code": code}})
     assert "**Seeds computed by other code" in apart
-    assert "01 (seeds 3 at `ccc`: notebook code cell 2)" in apart
+    assert "01 (seeds 3 at `ccc`: 1 part of its result code differs)" in apart
+    code["commits"][-1]["differs"] = ["src/replicate/verdict.py", "notebook code cell 2"]
+    apart = scoreboard.provenance([record], {"01_x": {"code": code}})
+    assert "2 parts of its result code differ" in apart and "src/" not in apart
 
 
 def test_every_published_chapters_seeds_were_computed_by_its_published_runs_code():

@@ -14,7 +14,6 @@ from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
                          refresh_chapter_page, runtime_text, seeds_summary)
-from .result_code import difference_text
 from .seeds import load_seeds
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
@@ -74,8 +73,12 @@ def provenance(results: list[dict], seeds: dict[str, dict] | None = None) -> str
                 + ", ".join(f"`{c}`" for c in commits) + "; re-run them from one clean commit.")
     codes = [(name, s["code"]) for name, s in sorted((seeds or {}).items()) if s.get("code")]
     others = sorted({c["commit"] for _, code in codes for c in code["commits"]} - set(commits))
+    # A reader page names no file of the repository: how many parts differ, not which (the
+    # seeds file and `sweep --aggregate-only` list them).
     apart = [f"{name[:2]} (seeds {', '.join(map(str, c['seeds']))} at `{c['commit']}`: "
-             f"{difference_text(c)})"
+             + ("git cannot compare them" if c["differs"] is None else
+                f"{len(c['differs'])} part{'s' if len(c['differs']) != 1 else ''} of its result "
+                f"code differ{'s' if len(c['differs']) == 1 else ''}") + ")"
              for name, code in codes for c in code["commits"] if c["differs"] != []]
     if apart:
         text += (" **Seeds computed by other code than their chapter's published run:** "
