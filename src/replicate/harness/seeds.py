@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Iterable
 
@@ -127,12 +128,6 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> list[float] | None:
     return [round(low, 4), round(high, 4)]
 
 
-def median_of(values: list[float]) -> float:
-    """The middle value, or the mean of the two middle ones."""
-    ordered, n = sorted(values), len(values)
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-
-
 def summarise(values: list[float]) -> dict:
     """Mean, sample standard deviation and, from `MIN_SEEDS_FOR_INTERVAL` seeds on, the 95%
     bootstrap interval of the mean; with them the median and the range, which is how the papers
@@ -143,7 +138,7 @@ def summarise(values: list[float]) -> dict:
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": None, "sd": None, "ci95": None, "median": None, "range": None}
-    mean, ordered, median = sum(values) / n, sorted(values), median_of(values)
+    mean, ordered, median = sum(values) / n, sorted(values), statistics.median(values)
     sd = ci95 = None
     if n > 1:  # one seed has no spread to estimate
         sd = rounded(math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)))
@@ -222,7 +217,7 @@ def paired_clause(clause: dict, records: dict[int, dict]) -> dict:
             "per_seed": per_seed, "k": k, "n": n,
             "p_value": None if p_value is None else round(p_value, 4),
             "share_ci95": clopper_pearson(k, n),
-            "ratio": {"median": float(f"{median_of(ratios):.4g}"), "range": [ratios[0], ratios[-1]]}
+            "ratio": {"median": float(f"{statistics.median(ratios):.4g}"), "range": [ratios[0], ratios[-1]]}
             if ratios else None,
             "passed": passed, "inconclusive": inconclusive, "diagnosis": diagnosis}
 
