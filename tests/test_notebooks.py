@@ -9,6 +9,7 @@ import pytest
 
 from replicate import config
 from replicate.runtime import PROJECT_ROOT
+from replicate.harness.book_sphinx import number_text, paper_substitutions
 from replicate.harness.validate import SANITIZE_FILE
 from replicate.verdict import unique_ids
 
@@ -52,6 +53,44 @@ def test_pages_point_to_nothing_outside_the_book(chapter):
     text = config.get_chapter(chapter).notebook.read_text()
     for word in ("CLAIMS.md", "DESIGN.md", "../shared", "the issue"):
         assert word not in text, f"{chapter} mentions {word!r}; say it in the book's own words"
+
+
+SUBSTITUTION = re.compile(r"\{\{\s*(paper\d\d)\.(\w+)\s*\}\}")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_papers_numbers_come_from_the_chapter_yaml_not_from_the_notebook(chapter):
+    # Fractions of three significant digits or more (7.56, 1442.63, 0.996): shorter ones (a
+    # ratio of 2.7) and whole numbers (1000 steps) may also be our own.
+    text = config.get_chapter(chapter).notebook.read_text()
+    for key, number in config.get_chapter(chapter).paper.items():
+        values = [number.value, *(number.band or ())]
+        typed = [f"{v:g}" for v in values if isinstance(v, float) and v != int(v)
+                 and len(f"{v:g}".replace(".", "").lstrip("0")) >= 3]
+        for value in typed:
+            assert not re.search(rf"(?<![\d.]){re.escape(value)}(?!\d)", text), (
+                f"{chapter} types the paper's {key} ({value}): write {{{{ paper{chapter[:2]}."
+                f"{key.replace('-', '_')} }}}} instead")
+
+
+def test_every_paper_number_the_notebooks_name_exists():
+    substitutions = paper_substitutions()
+    used = [(chapter, *m) for chapter in CHAPTERS
+            for m in SUBSTITUTION.findall(config.get_chapter(chapter).notebook.read_text())]
+    assert len(used) >= 10
+    missing = [u for u in used if u[2] not in substitutions.get(u[1], {})]
+    assert not missing, missing
+
+
+def test_paper_numbers_read_as_the_prose_writes_them():
+    assert number_text(7.56) == "7.56" and number_text(1442.63) == "1442.63"
+    assert number_text(1.09e15) == "1.09 × 10¹⁵" and number_text(10) == "10"
+    assert number_text("not given") == "not given"
+    numbers = paper_substitutions()["paper04"]
+    assert (numbers["ce_factor"], numbers["ce_factor_sd"]) == ("7.56", "0.82")
+    assert (numbers["ce_factor_low"], numbers["ce_factor_high"]) == ("6.74", "8.38")
+    assert "mse_factor_sd" not in numbers  # given without a spread
+    assert paper_substitutions()["paper06"]["estimators_pearson_pct"] == "99.6%"
 
 
 def chapter_module(chapter):

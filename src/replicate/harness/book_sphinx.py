@@ -19,6 +19,8 @@
 - The About page says when and from which commit this copy was built (also its citation's version).
 - Figures and exercises are numbered within their chapter, after it: "Figure 4.2", "Exercise 8.1"
   (Sphinx counts them across the whole book when the table of contents is not numbered).
+- The papers' numbers in the chapters' prose come from the chapters' `paper:` blocks (typed
+  there only) as MyST substitutions: `{{ paper04.ce_factor }}` (see `paper_substitutions`).
 
 Enabled in `_config.yml` under `sphinx.extra_extensions`.
 """
@@ -64,6 +66,48 @@ def _copy_mathjax(app, exc) -> None:
             shutil.copytree(src, dst, dirs_exist_ok=True)
         else:
             shutil.copyfile(src, dst)
+
+
+SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def number_text(value) -> str:
+    """A paper's number as the prose writes it: 7.56, 1442.63, 10, and 1.09 × 10¹⁵ from 1e6 on."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if abs(value) >= 1e6:
+        mantissa, exponent = f"{value:.3g}".split("e")
+        return f"{mantissa} × 10{str(int(exponent)).translate(SUPERSCRIPTS)}"
+    return f"{value:g}"
+
+
+def paper_substitutions() -> dict[str, dict[str, str]]:
+    """The papers' numbers for the chapters' Markdown, so that none is typed in a notebook.
+
+    Chapter NN's `paper:` block becomes the substitution `paperNN`, one entry per number (its key
+    with "_" for "-"): `{{ paper04.ce_factor }}` is "7.56". A number given with a band also has
+    `_low`, `_high` and `_sd` (the band's half-width, for a mean +- s.d.), and one in (0, 1] a
+    `_pct` ("98%"). Words given for a number (`value: "not given"`) come as they are."""
+    from ..config import chapters
+
+    substitutions = {}
+    for name, chapter in chapters().items():
+        numbers = {}
+        for key, number in chapter.paper.items():
+            slot = key.replace("-", "_")
+            numbers[slot] = number_text(number.value)
+            if number.band is not None and number.band[0] != number.band[1]:
+                low, high = number.band
+                numbers |= {f"{slot}_low": number_text(low), f"{slot}_high": number_text(high),
+                            f"{slot}_sd": number_text(round((high - low) / 2, 12))}
+            if isinstance(number.value, float) and 0 < number.value <= 1:
+                numbers[f"{slot}_pct"] = f"{100 * number.value:g}%"
+        substitutions[f"paper{name[:2]}"] = numbers
+    return substitutions
+
+
+def _paper_numbers(app, config) -> None:
+    config.myst_substitutions = {**(config.myst_substitutions or {}), **paper_substitutions()}
 
 
 def _use_local_mathjax(app, config) -> None:
@@ -188,6 +232,7 @@ register_plugin("pybtex.style.formatting", "authoryear", AuthorYearStyle)
 def setup(app):
     app.connect("config-inited", _use_local_mathjax)
     app.connect("config-inited", _repository_button)
+    app.connect("config-inited", _paper_numbers)
     app.connect("build-finished", _copy_mathjax)
     app.connect("build-finished", _lighten_the_theme)
     app.connect("html-page-context", _each_inline_script_once, priority=900)
