@@ -256,3 +256,39 @@ def test_thresholds_are_labelled_by_r_only_when_the_grid_has_several_fractions(p
 def test_every_check_has_its_own_id(p):
     assert list(checks(p)) == ["run-outcomes", "signature-auroc", "stopping-rule", "lr-threshold",
                                "threshold-depends-on-weight-decay"]
+
+
+def legend_counts_against_points(ax):
+    """(label's count, dots drawn) for every legend entry that ends in "(N)": a dot is drawn when
+    both coordinates are finite and, on a log axis, positive."""
+    import re
+
+    pairs = []
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+        if m := re.search(r"\((\d+)\)$", label):
+            xy = np.asarray(handle.get_offsets(), dtype=float).reshape(-1, 2)
+            keep = np.isfinite(xy).all(axis=1)
+            for axis, column in (("x", 0), ("y", 1)):
+                if getattr(ax, f"get_{axis}scale")() == "log":
+                    keep &= xy[:, column] > 0
+            pairs.append((int(m.group(1)), int(keep.sum())))
+    return pairs
+
+
+def test_the_signature_figure_counts_the_dots_it_draws_and_names_the_runs_it_leaves_out(
+        p, monkeypatch):
+    # Ten runs not grokked, one of them diverged (no signature): the legend says 9, as plotted.
+    rows = ([{"outcome": "grokked", "signature": s, "diverged": False} for s in (2.0, 3.0, 5.0)]
+            + [{"outcome": "not grokked", "signature": 0.1 * (i + 1), "diverged": False}
+               for i in range(9)]
+            + [{"outcome": "not grokked", "signature": np.nan, "diverged": True},
+               {"outcome": "undecided", "signature": 1.0, "diverged": False}])
+    table = pd.DataFrame(rows)
+    shown = []
+    monkeypatch.setattr(chapter.plotting, "show", lambda fig, name, caption, alt:
+                        shown.append((fig, caption)))
+    chapter.figure_signature(p, table, {"both": False, "auroc": np.nan}, "planted runs")
+    (fig, caption), = shown
+    pairs = legend_counts_against_points(fig.axes[0])
+    assert pairs == [(3, 3), (9, 9), (1, 1)]
+    assert "1 of 14 runs, whose loss diverged" in caption

@@ -348,13 +348,18 @@ def figure_signature(p: dict, table: pd.DataFrame, separation: dict, run_caption
     """The signature of every run by outcome, and the ROC curve of the rule
     signature >= threshold => will grok."""
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.5))
+    # A diverged run has no signature (NaN) and no place on the log axis: the legend counts the
+    # dots drawn, and the caption the runs left out.
+    drawn = table[np.isfinite(table.signature.astype(float)) & (table.signature > 0)]
     for outcome, color, x in (("grokked", "tab:green", 1), ("not grokked", "tab:red", 0),
                               ("undecided", "tab:gray", 0.5)):
-        sub = table[table.outcome == outcome]
+        sub = drawn[drawn.outcome == outcome]
         jitter = np.linspace(-0.15, 0.15, len(sub)) if len(sub) > 1 else np.zeros(len(sub))
         axes[0].scatter(x + jitter, sub.signature, color=color, s=18,
                         marker="x" if outcome == "undecided" else "o",
                         label=f"{outcome} ({len(sub)})")
+    left_out = len(table) - len(drawn)
+    left_out_diverged = left_out and bool(table.drop(drawn.index).diverged.all())
     axes[0].set(yscale="log", xticks=[0, 0.5, 1],
                 xticklabels=["not grokked", "undecided", "grokked"],
                 ylabel="spectral signature", title="Signature of every run")
@@ -375,7 +380,12 @@ def figure_signature(p: dict, table: pd.DataFrame, separation: dict, run_caption
         fig, "fig-08-signature",
         caption=finding
         + f"Left: the signature of every run (log scale) by outcome, spread sideways so that the "
-          f"dots do not overlap, crosses for undecided runs; right: the ROC curve of the rule "
+          f"dots do not overlap, crosses for undecided runs"
+        + (f" ({left_out} of {len(table)} runs, "
+           + ("whose loss diverged and which count as not grokked, have" if left_out_diverged
+              else "without a finite, positive signature, are")
+           + " not drawn)" if left_out else "")
+        + f"; right: the ROC curve of the rule "
           f"*signature ≥ threshold ⇒ will grok*, one point per threshold, and chance as the "
           f"dashed diagonal. The signature is read from steps {p['signature_start'] + 1} to "
           f"{window_end(p)}, frequencies up to {p['signature_cutoff']:g} cycles per step; "
