@@ -407,3 +407,35 @@ def test_ids_do_not_depend_on_the_parameters_values():
         return [c.name for c in checks], [c.id for c in checks]
     (names, ids_), (other_names, other_ids) = ids(1e-3, 512), ids(1e-2, 2048)
     assert ids_ == other_ids and sum(a != b for a, b in zip(names, other_names)) == 6
+
+
+def test_the_speed_up_figure_draws_the_judged_ratio_beside_the_papers_and_the_chapters_apart(
+        monkeypatch):
+    # The paper's point at 2.75x (cross-entropy) and 1.37x (squared error, mean), the chapter's
+    # point at about 10x: the judged bars sit next to the diamond, the chapter's is "not judged".
+    params = {**P, "threshold": 0.85, "paper_point": {**P["paper_point"],
+                                                      "seeds": {"mse_mean": [0], "ce": [0]}}}
+    paper_runs = {("ce", 0): (mnist_run(23100), mnist_run(8400)),
+                  ("mse_mean", 0): (mnist_run(62400), mnist_run(45600))}
+    shown = []
+    monkeypatch.setattr(chapter.plotting, "show", lambda fig, name, caption, alt:
+                        shown.append((fig, caption)))
+    run = type("Run", (), {"params": params, "paper": PAPER, "label": "cpu"})()
+    chapter.figure_speedups(run, chapter_runs(PUBLISHED), paper_runs)
+    (fig, caption), = shown
+    right = fig.axes[1]
+    bars = {}
+    for container in right.containers:
+        if hasattr(container, "patches"):
+            bars.setdefault(container.get_label(), []).extend(
+                (round(float(p.get_x() + p.get_width() / 2), 2), round(float(p.get_height()), 2))
+                for p in container.patches)
+    # groups: the squared error at 0 (its judged bar left of the diamond), cross-entropy at 1
+    assert sorted(bars["paper's point (judged)"]) == [(-0.3, round(62400 / 45600, 2)),
+                                                      (0.7, round(23100 / 8400, 2))]
+    diamonds = [line.get_xydata()[0].tolist() for line in right.lines if line.get_marker() == "D"]
+    assert [x for x, _ in diamonds] == [0, 1]
+    assert [h for _, h in bars["chapter's point, λ = 0.1 (not judged)"]] == [round(
+        float(np.median([10640 / 1200, 12000 / 1160, 9880 / 1000])), 2)]
+    assert "judged speed-up, at the paper's operating point" in caption
+    assert "2.75$\\times$ with cross-entropy (the paper: $(7.56 \\pm 0.82)\\times$)" in caption
