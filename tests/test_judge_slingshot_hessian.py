@@ -51,13 +51,19 @@ def planted_run(spikes=SPIKES, t2=T2, t4=T4, grad_peaks=100.0, cos_peaks=5.0, va
 
 
 def planted_hessian(spikes=SPIKES, lmax_at=20.0, lmin_at=-0.625, lmax_between=2.0,
-                    lmin_between=-0.0625):
-    """Checkpoints 3 steps after each spike (at it) and at 1100, 1300, 1700 and 2300 (between)."""
+                    lmin_between=-0.0625, residual_at=(0.0, 0.0), residual_between=(0.0, 0.0)):
+    """Checkpoints 3 steps after each spike (at it) and at 1100, 1300, 1700 and 2300 (between);
+    the Lanczos residuals (of lambda_max, of lambda_min) at and between spikes: 0 is exact."""
     at, between = [s + 3 for s in spikes], [1100, 1300, 1700, 2300]
     steps = sorted(at + between)
-    return {"steps": np.array(steps),
-            "lambda_max": np.array([lmax_at if k in at else lmax_between for k in steps]),
-            "lambda_min": np.array([lmin_at if k in at else lmin_between for k in steps]),
+
+    def each(at_value, between_value):
+        return np.array([at_value if k in at else between_value for k in steps])
+
+    return {"steps": np.array(steps), "lambda_max": each(lmax_at, lmax_between),
+            "lambda_min": each(lmin_at, lmin_between),
+            "residual_max": each(residual_at[0], residual_between[0]),
+            "residual_min": each(residual_at[1], residual_between[1]),
             "seconds": np.ones(len(steps))}
 
 
@@ -96,9 +102,13 @@ def test_a_grokking_run_at_every_threshold_passes_every_claim_and_quotes_the_pap
     assert checks["loss-spikes"].ours == 3
     assert checks["gradient-spikes"].ours == {"share": 1.0, "peak / median": [100.0] * 3}
     assert checks["cosine-jumps"].ours == {"share": 1.0, "peak / median": [5.0] * 3}
-    assert checks["lambda-max-at-spikes"].ours == 10.0
-    assert checks["lambda-min-at-spikes"].ours == {"min lambda_min": -0.625, "ratio": 10.0}
-    assert checks["lambda-min-between-spikes"].ours == 0.03125
+    # exact eigenvalues (residual 0): the range within the residuals is the value itself
+    assert checks["lambda-max-at-spikes"].ours == {"ratio": 10.0,
+                                                   "within Lanczos residuals": [10.0, 10.0]}
+    assert checks["lambda-min-at-spikes"].ours == {"min lambda_min": -0.625, "ratio": 10.0,
+                                                   "ratio within Lanczos residuals": [10.0, 10.0]}
+    assert checks["lambda-min-between-spikes"].ours == {
+        "median ratio": 0.03125, "within Lanczos residuals": [0.03125, 0.03125]}
     assert checks["pca-share"].ours == {"share": 0.99, "against the paper": "consistent"}
     assert checks["pca-share"].paper == "more than 98%"
     assert checks["pca-share-centred"].paper == "more than 98% (M not centred)"
@@ -126,7 +136,7 @@ def test_a_run_that_never_grokked_is_inconclusive_with_its_diagnosis():
     assert checks["gradient-spikes"].ours == {"share": 0.0, "peak / median": []}
     assert checks["lambda-max-at-spikes"].diagnosis == (
         f"{never}; ratio nan; 0 Hessian checkpoint(s) at a spike and 0 between spikes")
-    assert np.isnan(checks["lambda-max-at-spikes"].ours)
+    assert np.isnan(checks["lambda-max-at-spikes"].ours["ratio"])
     # the trajectory's share is a fact of any run: it passes or fails, never inconclusive
     assert checks["pca-share"].passed and not checks["pca-share"].inconclusive
     assert "clipped-run-1-slower" not in checks  # no unclipped t4 to compare with
@@ -176,13 +186,70 @@ def test_the_hessian_checks_pass_at_their_thresholds_and_fail_just_short_of_them
     assert short["lambda-min-at-spikes"].diagnosis.startswith("lambda_min -0.6, ratio 9.6; ")
     # large but positive at the spikes: no negative curvature there
     positive = judged(hessian=planted_hessian(lmin_at=0.625))["lambda-min-at-spikes"]
-    assert not positive.passed and positive.ours == {"min lambda_min": 0.625, "ratio": 10.0}
+    assert not positive.passed and not positive.inconclusive
+    assert (positive.ours["min lambda_min"], positive.ours["ratio"]) == (0.625, 10.0)
     edge = judged(hessian=planted_hessian(lmin_between=-0.1, lmin_at=-1.0))
     assert edge["lambda-min-between-spikes"].passed
-    assert edge["lambda-min-between-spikes"].ours == 0.05
+    assert edge["lambda-min-between-spikes"].ours == {"median ratio": 0.05,
+                                                      "within Lanczos residuals": [0.05, 0.05]}
     steep = judged(hessian=planted_hessian(lmin_between=-0.102, lmin_at=-1.02))
     check = steep["lambda-min-between-spikes"]
     assert not check.passed and check.diagnosis.startswith("median ratio 0.051; ")
+
+
+def test_residuals_small_against_every_margin_leave_the_hessian_checks_decided():
+    # lambda_max 40 vs 2 known to 0.1, lambda_min -1.25 vs -0.0625 known to 0.001
+    checks = judged(hessian=planted_hessian(lmax_at=40.0, lmin_at=-1.25, residual_at=(0.1, 0.001),
+                                            residual_between=(0.1, 0.001)))
+    for key in ("lambda-max-at-spikes", "lambda-min-at-spikes", "lambda-min-between-spikes"):
+        assert checks[key].passed and not checks[key].inconclusive, key
+    low, high = checks["lambda-max-at-spikes"].ours["within Lanczos residuals"]
+    # (a check keeps four significant digits)
+    assert low == pytest.approx(39.9 / 2.1, rel=1e-3)
+    assert high == pytest.approx(40.1 / 1.9, rel=1e-3)
+
+
+def test_a_ratio_the_residuals_could_put_on_either_side_of_its_threshold_is_inconclusive():
+    # Between spikes lambda_min -0.0625 +- 0.2: |lambda_min| may be 0 or 0.2625, so the ratio
+    # to the spikes' 0.625 lies between 2.38 and infinity, on both sides of 10.
+    check = judged(hessian=planted_hessian(residual_between=(0.0, 0.2)))["lambda-min-at-spikes"]
+    assert not check.passed and check.inconclusive
+    assert check.diagnosis.startswith(
+        "within the Lanczos residuals (60 iterations) the ratio is at least 2.38 and unbounded "
+        "above (a residual spans 0), on both sides of 10: the eigenvalues it reads have not "
+        "converged enough to decide")
+    assert check.ours["ratio within Lanczos residuals"] == [2.381, "unbounded"]
+    # the same values, exact, pass: the residual alone made it undecided
+    assert judged()["lambda-min-at-spikes"].passed
+
+
+def test_negative_curvature_the_residual_could_move_above_zero_is_inconclusive():
+    # lambda_min at the spikes -0.01 +- 0.02 may be positive; between spikes exact and tiny
+    check = judged(hessian=planted_hessian(lmin_at=-0.01, lmin_between=-1e-4,
+                                           residual_at=(0.0, 0.02)))["lambda-min-at-spikes"]
+    assert not check.passed and check.inconclusive
+
+
+def test_the_between_spike_ratio_fails_as_inconclusive_only_when_the_residuals_span_005():
+    # 0.0625 / 2 = 0.031: +- 0.05 on lambda_min spans 0.05, +- 0.01 does not
+    split = judged(hessian=planted_hessian(residual_between=(0.0, 0.05)))
+    assert split["lambda-min-between-spikes"].inconclusive
+    held = judged(hessian=planted_hessian(residual_between=(0.0, 0.01)))
+    assert held["lambda-min-between-spikes"].passed
+    # a clear failure stays a failure: 0.2 / 2 = 0.1 with every end above 0.05
+    failed = judged(hessian=planted_hessian(lmin_between=-0.2, lmin_at=-2.5,
+                                            residual_between=(0.0, 0.01)))
+    check = failed["lambda-min-between-spikes"]
+    assert not check.passed and not check.inconclusive
+    assert check.diagnosis.startswith("median ratio 0.1; ")
+
+
+def test_the_hessian_along_the_run_carries_each_checkpoints_residuals():
+    hess = {k: {"lambda_max": 2.0 * k, "lambda_min": -k, "residual_max": 0.1 * k,
+                "residual_min": 0.01 * k, "seconds": 1.0} for k in (1, 2)}
+    along = chapter.hessian_along([1, 2], hess)
+    assert along["residual_max"].tolist() == [0.1, 0.2]
+    assert along["residual_min"].tolist() == [0.01, 0.02]
 
 
 def test_hessian_checkpoints_at_a_spike_are_those_0_to_20_steps_after_it():
