@@ -49,6 +49,16 @@ def test_source_notebooks_read_well_in_the_book(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_chapter_says_what_a_reader_will_learn_before_it_starts(chapter):
+    # right after the quoted claim, in the first cell: two to four points
+    first = "".join(_cells(chapter)[0]["source"])
+    block = re.search(r"```\{admonition\} You will learn\n:class: tip\n\n((?:- .*\n)+)```", first)
+    assert block, f"{chapter}: no 'You will learn' box in its first cell"
+    assert 2 <= block.group(1).count("\n- ") + 1 <= 4
+    assert first.index("> —") < block.start(), "the claim comes first"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
 def test_pages_point_to_nothing_outside_the_book(chapter):
     text = config.get_chapter(chapter).notebook.read_text()
     for word in ("CLAIMS.md", "DESIGN.md", "../shared", "the issue"):

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from replicate import config
-from replicate.harness.scoreboard import exercise_labels, render_teaching, write_toc
+from replicate.harness.scoreboard import (exercise_labels, exercise_levels, render_teaching,
+                                          write_toc)
 from replicate.runtime import PROJECT_ROOT
 
 CHAPTERS = list(config.chapters())
@@ -74,8 +75,19 @@ def test_each_chapter_has_two_to_four_exercises_with_collapsed_solutions(chapter
     assert set(solutions) == set(labels), f"{chapter}: each exercise needs one solution"
     assert [lb for lb, _ in exercise_labels(config.get_chapter(chapter).notebook)] == labels
     runs = 0
+    levels = exercise_levels(config.get_chapter(chapter).notebook)
+    assert set(levels) == set(labels), f"{chapter}: every exercise opens with its level line"
     for label in labels:
         options, body = solutions[label]
+        # The level line's run time is the one the solution measured (each number of seconds).
+        level = levels[label]
+        if solution_commands(body):
+            # (a note in parentheses may quote another exercise's time)
+            seconds = re.findall(r"(\d[\d,]*) s\b", level["run"].split(" (")[0])
+            said = " ".join(body.split())
+            assert seconds and all(f"{n} s" in said for n in seconds), (label, level["run"])
+        else:
+            assert level["run"] == "none: pen and paper" and level["stars"] != "★☆☆", label
         assert ":class: dropdown" in options, f"{label}: the solution must collapse"
         commands = solution_commands(body)
         if commands:
@@ -125,7 +137,10 @@ def test_teaching_page_reads_its_runtimes_from_the_results_files(tmp_path):
                and line.startswith("|"))
     n = len(exercise_labels(claims / "07_optimizers.ipynb"))
     assert row.endswith(f"| 57 s | 1234 s | {n} |") and n >= 2
-    assert "<ex-07-offset>`" in page  # links only to exercises the rendered page has
+    assert "<ex-07-offset>` (★★☆, 46 s at `smoke`)" not in page
+    assert "<ex-07-offset>` (★★☆, 46 s at `cpu`)" in page  # with its level and run time
+    assert "<ex-07-rprop>` (★★☆, pen and paper)" in page
+    assert "Lab 1" in page and "Lab 2" in page
     assert "<ex-03-" not in page
     assert "not yet run" in page  # the other chapters have no results here
     for word in ("CLAIMS.md", "../shared", "issue"):

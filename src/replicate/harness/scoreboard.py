@@ -321,6 +321,32 @@ def exercise_labels(notebook: Path) -> list[tuple[str, str]]:
     return found
 
 
+LEVEL_LINE = re.compile(r"^\*Level\* (?P<stars>[★☆]{3}) (?P<kind>[^·\n]+?) · "
+                        r"\*Run(?: \(ours\))?\* (?P<run>[^\n]+)$", re.M)
+
+
+def exercise_levels(notebook: Path) -> dict[str, dict[str, str]]:
+    """{label: {stars, kind, run}} from the line that opens each exercise of a chapter notebook:
+    "*Level* ★★☆ compare runs · *Run (ours)* 33 s at `smoke`" (how hard, and how long its run
+    took us; "*Run* none: pen and paper" for a question without one)."""
+    found = {}
+    for cell in json.loads(Path(notebook).read_text())["cells"]:
+        text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
+        for m in re.finditer(r"^```\{exercise\}[^\n]*\n((?::[^\n]*\n)*)\n([^\n]*)", text, re.M):
+            label = re.search(r"^:label:\s*(\S+)", m.group(1), re.M)
+            level = LEVEL_LINE.match(m.group(2))
+            if label and level:
+                found[label.group(1)] = level.groupdict()
+    return found
+
+
+def _exercise_entry(label: str, title: str, level: dict | None) -> str:
+    run = level and ("pen and paper" if level["run"].startswith("none") else
+                     level["run"].split(" (")[0])
+    note = f" ({level['stars']}, {run})" if level else ""
+    return f"{{ref}}`{title or label} <{label}>`{note}"
+
+
 def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str:
     """The teaching page: runtimes from the results files, exercises from the executed chapters
     (the pages the book renders, so that every link has a target)."""
@@ -337,8 +363,11 @@ def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str
         times = " | ".join("not yet run" if r is None else runtime_text(r) for r in runs)
         lines.append(f"| {chapter_link(name, ch.title, claims_dir)} | {times} | "
                      f"{len(exercises[name]) or '—'} |")
+    levels = {name: exercise_levels(Path(claims_dir) / f"{name}.ipynb")
+              for name in known if exercises[name]}
     listed = [f"- {ch.title.split(' · ')[0]}: " + "; ".join(
-        f"{{ref}}`{title or label} <{label}>`" for label, title in exercises[name]) + "."
+        _exercise_entry(label, title, levels[name].get(label))
+        for label, title in exercises[name]) + "."
         for name, ch in known.items() if exercises[name]]
     if listed:
         lines += ["", TEXTS["teaching_exercises"], *listed]
