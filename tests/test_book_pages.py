@@ -54,6 +54,32 @@ def test_checks_table_says_pass_fail_report_in_words_and_escapes_text():
     assert len({verdict.BADGE[w] for w in ("PASS", "FAIL", "REPORT")}) == 3
 
 
+def test_the_pages_checks_table_reads_as_text_and_marks_what_did_not_pass():
+    checks = [*RECORD["checks"],
+              {"name": "undecided", "kind": "claim", "passed": False, "inconclusive": True,
+               "ours": {"settled at step": 60, "T": 40000, "range": [15160.0, "unbounded"]},
+               "paper": "a <i>word</i>", "diagnosis": "too few seeds"}]
+    table = book_pages.checks_table(checks)
+    assert "settled at step 60, T 40,000, range (15,160; unbounded)" in table
+    assert "{" not in table  # no Python dict for a reader
+    assert table.count('<tr class="check-fail">') == 1
+    assert table.count('<tr class="check-inconclusive">') == 1
+    assert "a &lt;i&gt;word&lt;/i&gt;" in table and "<em>why: too few seeds</em>" in table
+
+
+def test_refreshing_a_page_swaps_the_runs_checks_table_for_the_readable_one(tmp_path):
+    path = _notebook(tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    shown = verdict.checks_table_html(RECORD["checks"])
+    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", {"text/html": shown})]
+    nbformat.write(nb, path)
+    book_pages.refresh_chapter_page(path, RECORD, None, _judging(tmp_path))
+    html = next(o["data"]["text/html"] for c in nbformat.read(path, as_version=4).cells
+                if c.cell_type == "code" for o in c.outputs)
+    assert html == book_pages.checks_table(RECORD["checks"]) and "x 1.5" in html
+    assert "{x: 1.5}" in shown  # what the run displayed: the values as data
+
+
 def test_box_goes_right_under_the_title_and_seeds_before_try_this(tmp_path):
     path = _notebook(tmp_path)
     assert book_pages.refresh_chapter_page(path, RECORD, None, _judging(tmp_path))

@@ -12,7 +12,7 @@ import yaml
 
 from ..config import chapters, format_value, label
 from ..runtime import atomic_write
-from ..verdict import check_key, inconclusive_count, word
+from ..verdict import badge, check_key, inconclusive_count, word
 from .seeds import same_in_every_seed
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
@@ -307,12 +307,63 @@ def judging_label(chapter: str, judging_dir: Path) -> str | None:
     return f"judging-{chapter}" if (Path(judging_dir) / f"{chapter}.md").exists() else None
 
 
+def readable(value) -> str:
+    """A check's measured value as a person reads it: `{settled at step: 60, T: 40000}` becomes
+    "settled at step 60, T 40,000"; whole numbers with thousands separators, other numbers to
+    three significant digits, true/false as yes/no, lists as "a, b"."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    whole = isinstance(value, float) and value.is_integer() and abs(value) >= 1000
+    if isinstance(value, int) or whole:
+        return f"{int(value):,}"
+    if isinstance(value, (list, tuple)):
+        items = [readable(v) for v in value]  # "; " where an item has a comma of its own
+        return "(" + ("; " if any("," in i for i in items) else ", ").join(items) + ")"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {readable(v)}" for k, v in value.items())
+    return format_value(value)
+
+
+
+CHECKS_CLASS = "verdict-checks"  # the class of the checks table `run.save()` shows
+
+
+def checks_table(checks: list[dict]) -> str:
+    """The chapter page's table of checks, from the verdict's records: the result in words and
+    colour, "Ours" and "Paper" as a person reads them (`readable`), and a row that did not pass
+    tinted (class `check-fail` or `check-inconclusive`), so that a failure stands out in a long
+    table. It replaces the table the run displayed (which prints the values as data)."""
+    import html
+
+    def row(c: dict) -> str:
+        result = word(c)
+        why = f"<br><em>why: {html.escape(c['diagnosis'])}</em>" if c.get("diagnosis") else ""
+        marked = f' class="check-{result.lower()}"' if result in ("FAIL", "INCONCLUSIVE") else ""
+        return (f"<tr{marked}><td>{badge(result)}</td><td>{html.escape(c['name'])}{why}</td>"
+                f"<td>{html.escape(readable(c['ours']))}</td>"
+                f"<td>{html.escape(readable(c['paper']))}</td></tr>")
+
+    return (f'<table class="{CHECKS_CLASS}" style="font-size:0.9em;width:100%">'
+            '<thead><tr><th>Result</th><th style="width:46%">Check</th><th>Ours</th>'
+            f"<th>Paper</th></tr></thead><tbody>{''.join(row(c) for c in checks)}</tbody></table>")
+
+
+def _readable_checks(cells: list, checks: list[dict]) -> None:
+    """Swap the checks table a run displayed for `checks_table(checks)`, in place."""
+    for c in cells:
+        for output in c.get("outputs", []) if c.cell_type == "code" else []:
+            shown = output.get("data", {}).get("text/html", "")
+            if f'class="{CHECKS_CLASS}"' in "".join(shown):
+                output["data"]["text/html"] = checks_table(checks)
+
+
 def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
                          judging_dir: Path, paper_line: str | None = None) -> bool:
     """Put the verdict box under the title, the across-seeds section before "What this shows"
     (or "Try this") and "Run this chapter yourself" at the end, in place of earlier versions;
-    drop papermill's parameters cell from the page and make each plot shown with
-    `plotting.show` a numbered figure. Returns whether the notebook changed."""
+    drop papermill's parameters cell from the page, make each plot shown with `plotting.show` a
+    numbered figure and show the checks table as text a person reads (`checks_table`). Returns
+    whether the notebook changed."""
     import nbformat
 
     def cell(source: str, id: str, metadata: dict):
@@ -346,6 +397,7 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
     cells.insert(ending, cell(across_seeds_section(record, seeds), SEEDS_TAG,
                                 {"tags": [SEEDS_TAG]}))
     cells.append(cell(run_yourself_section(record), RUN_TAG, {"tags": [RUN_TAG]}))
+    _readable_checks(cells, record["checks"])
     nb.cells = cells
     after = nbformat.writes(nb)
     if after != before:

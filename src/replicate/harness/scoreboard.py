@@ -12,7 +12,7 @@ import yaml
 from ..config import chapters, counted, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
-from .book_pages import (TEXTS, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
+from .book_pages import (TEXTS, readable, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
                          refresh_chapter_page, runtime_text, seeds_summary)
 from .seeds import load_seeds
 
@@ -25,22 +25,6 @@ RECORDED = "authors' code (recorded 2026-11-29, not re-run)"
 def _cell(value) -> str:
     """A value in a Markdown table cell: formatted as on the chapter pages, pipes escaped."""
     return format_value(value).replace("|", "\\|").replace("\n", " ")
-
-
-def readable(value) -> str:
-    """A check's measured value as a person reads it: `{settled at step: 60, T: 40000}` becomes
-    "settled at step 60, T 40,000"; whole numbers with thousands separators, other numbers to
-    three significant digits, true/false as yes/no, lists as "a, b"."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    whole = isinstance(value, float) and value.is_integer() and abs(value) >= 1000
-    if isinstance(value, int) or whole:
-        return f"{int(value):,}"
-    if isinstance(value, (list, tuple)):
-        return "(" + ", ".join(readable(v) for v in value) + ")"
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {readable(v)}" for k, v in value.items())
-    return format_value(value)
 
 
 def chapter_link(name: str, title: str, claims_dir: Path) -> str:
