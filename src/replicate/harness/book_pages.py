@@ -12,7 +12,7 @@ import yaml
 
 from ..config import chapters, format_value, label
 from ..runtime import atomic_write
-from ..verdict import badge, check_key, inconclusive_count, word
+from ..verdict import badge, check_key, checks_table_html, inconclusive_count, word
 from .seeds import same_in_every_seed
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
@@ -324,28 +324,19 @@ def readable(value) -> str:
     return format_value(value)
 
 
-
 CHECKS_CLASS = "verdict-checks"  # the class of the checks table `run.save()` shows
 
 
 def checks_table(checks: list[dict]) -> str:
-    """The chapter page's table of checks, from the verdict's records: the result in words and
-    colour, "Ours" and "Paper" as a person reads them (`readable`), and a row that did not pass
-    tinted (class `check-fail` or `check-inconclusive`), so that a failure stands out in a long
-    table. It replaces the table the run displayed (which prints the values as data)."""
-    import html
-
-    def row(c: dict) -> str:
-        result = word(c)
-        why = f"<br><em>why: {html.escape(c['diagnosis'])}</em>" if c.get("diagnosis") else ""
-        marked = f' class="check-{result.lower()}"' if result in ("FAIL", "INCONCLUSIVE") else ""
-        return (f"<tr{marked}><td>{badge(result)}</td><td>{html.escape(c['name'])}{why}</td>"
-                f"<td>{html.escape(readable(c['ours']))}</td>"
-                f"<td>{html.escape(readable(c['paper']))}</td></tr>")
-
-    return (f'<table class="{CHECKS_CLASS}" style="font-size:0.9em;width:100%">'
-            '<thead><tr><th>Result</th><th style="width:46%">Check</th><th>Ours</th>'
-            f"<th>Paper</th></tr></thead><tbody>{''.join(row(c) for c in checks)}</tbody></table>")
+    """The chapter page's table of checks: the run's own table (`verdict.checks_table_html`) with
+    "Ours" and "Paper" as a person reads them (`readable`) and each row that did not pass tinted
+    (class `check-fail` or `check-inconclusive`), so that a failure stands out in a long table."""
+    table = checks_table_html([{**c, "ours": readable(c["ours"]), "paper": readable(c["paper"])}
+                               for c in checks])
+    for result in ("FAIL", "INCONCLUSIVE"):
+        table = table.replace(f"<tr><td>{badge(result)}",
+                              f'<tr class="check-{result.lower()}"><td>{badge(result)}')
+    return table
 
 
 def _readable_checks(cells: list, checks: list[dict]) -> None:

@@ -12,8 +12,8 @@ import yaml
 from ..config import chapters, counted, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
-from .book_pages import (TEXTS, readable, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
-                         refresh_chapter_page, runtime_text, seeds_summary)
+from .book_pages import (TEXTS, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
+                         readable, refresh_chapter_page, runtime_text, seeds_summary)
 from .seeds import load_seeds
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
@@ -293,16 +293,24 @@ def write_judging(judging_dir: Path, page: Path) -> Path:
     return page
 
 
-def exercise_labels(notebook: Path) -> list[tuple[str, str]]:
-    """(label, title) of each exercise in a chapter notebook's markdown, in order."""
+def _exercises(notebook: Path) -> list[tuple[str, str, str]]:
+    """(label, title, the body's first line) of each exercise in a chapter notebook's markdown,
+    in order."""
     found = []
     for cell in json.loads(Path(notebook).read_text())["cells"]:
         text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
-        # The directive's title, then its `:option:` lines, among which the label.
-        for m in re.finditer(r"^```\{exercise\}[ \t]*(.*)\n((?::[^\n]*\n)*)", text, re.M):
+        # The directive's title, then its `:option:` lines, among which the label, a blank line
+        # and the body.
+        for m in re.finditer(r"^```\{exercise\}[ \t]*(.*)\n((?::[^\n]*\n)*)\n?([^\n]*)", text,
+                             re.M):
             if label := re.search(r"^:label:\s*(\S+)", m.group(2), re.M):
-                found.append((label.group(1), m.group(1).strip()))
+                found.append((label.group(1), m.group(1).strip(), m.group(3)))
     return found
+
+
+def exercise_labels(notebook: Path) -> list[tuple[str, str]]:
+    """(label, title) of each exercise in a chapter notebook's markdown, in order."""
+    return [(label, title) for label, title, _ in _exercises(notebook)]
 
 
 LEVEL_LINE = re.compile(r"^\*Level\* (?P<stars>[★☆]{3}) (?P<kind>[^·\n]+?) · "
@@ -313,15 +321,8 @@ def exercise_levels(notebook: Path) -> dict[str, dict[str, str]]:
     """{label: {stars, kind, run}} from the line that opens each exercise of a chapter notebook:
     "*Level* ★★☆ compare runs · *Run (ours)* 33 s at `smoke`" (how hard, and how long its run
     took us; "*Run* none: pen and paper" for a question without one)."""
-    found = {}
-    for cell in json.loads(Path(notebook).read_text())["cells"]:
-        text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
-        for m in re.finditer(r"^```\{exercise\}[^\n]*\n((?::[^\n]*\n)*)\n([^\n]*)", text, re.M):
-            label = re.search(r"^:label:\s*(\S+)", m.group(1), re.M)
-            level = LEVEL_LINE.match(m.group(2))
-            if label and level:
-                found[label.group(1)] = level.groupdict()
-    return found
+    return {label: level.groupdict() for label, _, first in _exercises(notebook)
+            if (level := LEVEL_LINE.match(first))}
 
 
 def _exercise_entry(label: str, title: str, level: dict | None) -> str:

@@ -217,7 +217,8 @@ def paired_clause(clause: dict, records: dict[int, dict]) -> dict:
             "per_seed": per_seed, "k": k, "n": n,
             "p_value": None if p_value is None else round(p_value, 4),
             "share_ci95": clopper_pearson(k, n),
-            "ratio": {"median": float(f"{statistics.median(ratios):.4g}"), "range": [ratios[0], ratios[-1]]}
+            "ratio": {"median": float(f"{statistics.median(ratios):.4g}"),
+                      "range": [ratios[0], ratios[-1]]}
             if ratios else None,
             "passed": passed, "inconclusive": inconclusive, "diagnosis": diagnosis}
 
