@@ -307,8 +307,9 @@ def _curvature(hessian, spikes, paper, about_grokking, iterations) -> list[Check
                      over(abs(min(neg_low, 0.0)), np.median(small))]
         negative_range = (neg_high < 0, neg_low < 0)
         rel_between = float(np.median(np.abs(lmin[between]) / lmax[between]))
-        rel_range = [float(np.median([over(a, b) for a, b in zip(small, b_high)])),
-                     float(np.median([over(a, b) for a, b in zip(large, b_low)]))]
+        b_max_low, b_max_high = within_residuals(lmax[between], rmax[between])
+        rel_range = [float(np.median([over(a, b) for a, b in zip(small, b_max_high)])),
+                     float(np.median([over(a, b) for a, b in zip(large, b_max_low)]))]
     else:
         ratio_max = neg = ratio_min = rel_between = float("nan")
         max_range, min_range, rel_range = nan_range, nan_range, nan_range
