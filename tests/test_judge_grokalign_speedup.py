@@ -3,6 +3,7 @@ take (a pass, each side of the paper's band, a lower bound that decides and one 
 that never crossed, majorities over seeds, the dose-response) and the words it says about each."""
 from dataclasses import asdict
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -284,9 +285,9 @@ ONE_SEED = {**P, "seeds": {"ce": [0]}}
 
 def reported(runs, params=P, overhead=None):
     overhead = overhead or {"ratio": {"output": 2.0, "input": 1.418, "vjp": 2.965}}
-    return {c.id: c for c in chapter.chapter_point_checks(params, PAPER, runs, overhead,
-                                                          {"output": 0.95, "input": 0.14,
-                                                           "vjp": 0.95})}
+    return {c.id: c for c in chapter.chapter_point_checks(params, PAPER, runs, overhead)
+            + chapter.cost_reports(params, PAPER, overhead,
+                                   {"output": 0.95, "input": 0.14, "vjp": 0.95})}
 
 
 PUBLISHED = {0.0: [10640, 12000, 9880], 0.01: [2920], 0.1: [1200, 1160, 1000]}
@@ -303,9 +304,25 @@ def test_the_chapters_point_reports_its_speed_up_beside_the_papers_band():
     assert speedup.ours["updates (weight decay only, GrokAlign) per seed"]["seed 1"] == [12000,
                                                                                          1160]
     assert list(checks) == [
-        "chapter-point-ce-speedup", "chapter-point-ce-dose-response", "update-cost",
-        "gradient-cosine", "estimator", "chapter-point-ce-wall-clock", "first-seed-jacobian-norm",
-        "first-seed-centroid-alignment"]
+        "chapter-point-ce-sooner", "chapter-point-ce-speedup", "chapter-point-ce-dose-response",
+        "chapter-point-ce-wall-clock", "first-seed-jacobian-norm",
+        "first-seed-centroid-alignment", "update-cost", "gradient-cosine", "estimator"]
+
+
+def test_the_chapters_point_judges_sooner_and_only_reports_the_factor():
+    sooner = reported(chapter_runs(PUBLISHED))["chapter-point-ce-sooner"]
+    assert sooner.kind == "claim" and sooner.passed and sooner.diagnosis is None
+    assert sooner.name == ("chapter's operating point, cross-entropy (lambda 0.1): GrokAlign "
+                           "reaches 0.85 held-out accuracy sooner than weight decay alone "
+                           "(median speed-up over seeds > 1)")
+    assert sooner.paper == ("sooner (7.56x ± 0.82 (10 seeds, paper's code) at the paper's own "
+                            "point)")
+    # two seeds of three no sooner: the median is below 1, and the diagnosis gives each crossing
+    slower = reported(chapter_runs({0.0: [1000, 1000, 9880], 0.01: [2920],
+                                    0.1: [1200, 1160, 1000]}))["chapter-point-ce-sooner"]
+    assert not slower.passed and not slower.inconclusive
+    assert slower.diagnosis.startswith("median speed-up 0.862x; seed 0: weight decay alone 1,000 "
+                                       "updates, GrokAlign 1,200")
 
 
 def test_the_wall_clock_gain_divides_the_median_speed_up_by_the_chosen_estimators_cost():
@@ -351,7 +368,8 @@ def test_with_both_losses_the_squared_error_comes_first_in_every_report():
     runs = chapter_runs({0.0: [3000], 0.1: [2000]}, seeds=(0,), loss="mse")
     runs |= chapter_runs({0.0: [3000], 0.01: [1500], 0.1: [1000]}, seeds=(0,))
     checks = reported(runs, {**P, "seeds": {"mse": [0], "ce": [0]}})
-    assert list(checks)[:4] == ["chapter-point-mse-speedup", "chapter-point-ce-speedup",
+    assert list(checks)[:6] == ["chapter-point-mse-sooner", "chapter-point-ce-sooner",
+                                "chapter-point-mse-speedup", "chapter-point-ce-speedup",
                                 "chapter-point-mse-dose-response",
                                 "chapter-point-ce-dose-response"]
     assert checks["chapter-point-mse-speedup"].ours["against the paper"] == "below"
@@ -380,13 +398,13 @@ def test_the_judge_gives_every_check_once_in_order_with_a_stable_id():
         "paper-point-mse-mean-sooner", "paper-point-mse-mean-factor", "paper-point-ce-sooner",
         "paper-point-ce-factor", "xor-robust-sooner", "xor-centroid-norm-lower",
         "xor-alignment-higher", "xor-end-accuracy", "xor-shrunk-robust-sooner",
-        "chapter-point-ce-speedup", "chapter-point-ce-dose-response", "update-cost",
-        "gradient-cosine", "estimator", "chapter-point-ce-wall-clock", "first-seed-jacobian-norm",
-        "first-seed-centroid-alignment", "seeds"]
-    assert [c.kind for c in checks].count("claim") == 7
-    # as published at cpu: five of the seven claims pass, the two paper factors fail (below)
+        "chapter-point-ce-sooner", "chapter-point-ce-speedup", "chapter-point-ce-dose-response",
+        "chapter-point-ce-wall-clock", "first-seed-jacobian-norm",
+        "first-seed-centroid-alignment", "update-cost", "gradient-cosine", "estimator", "seeds"]
+    assert [c.kind for c in checks].count("claim") == 8
+    # every part run (the smoke preset): the two paper factors fail (below), the rest pass
     assert [c.passed for c in checks if c.kind == "claim"] == [True, False, True, False, True,
-                                                              True, True]
+                                                              True, True, True]
     assert asdict(checks[-1]) == {
         "name": "seeds: paper point per loss, chapter's point per loss, XOR", "kind": "report",
         "passed": None, "ours": {"paper point": {"mse_mean": [0], "ce": [0]},
@@ -435,7 +453,67 @@ def test_the_speed_up_figure_draws_the_judged_ratio_beside_the_papers_and_the_ch
                                                       (0.7, round(23100 / 8400, 2))]
     diamonds = [line.get_xydata()[0].tolist() for line in right.lines if line.get_marker() == "D"]
     assert [x for x, _ in diamonds] == [0, 1]
-    assert [h for _, h in bars["chapter's point, λ = 0.1 (not judged)"]] == [round(
+    assert [h for _, h in bars["chapter's point, λ = 0.1 (not judged against the paper)"]] == [round(
         float(np.median([10640 / 1200, 12000 / 1160, 9880 / 1000])), 2)]
+    plt.close(fig)
     assert "judged speed-up, at the paper's operating point" in caption
     assert "2.75$\\times$ with cross-entropy (the paper: $(7.56 \\pm 0.82)\\times$)" in caption
+
+
+def judged(params, paper_runs, runs, xor_seeds=(0, 1, 2)):
+    xor = {(s, lam): xor_run() if lam == 0 else xor_run((0.15, 0.14), 0.31)
+           for s in xor_seeds for lam in (0.0, 1.0)}
+    return chapter.judge({**params, "xor_seeds": list(xor_seeds)}, PAPER, paper_runs, runs, xor,
+                         {s: onset_counts(3, 0) for s in xor_seeds},
+                         {s: onset_counts(0, 3) for s in xor_seeds},
+                         {"ratio": {"output": 2.0, "input": 1.418, "vjp": 2.965}},
+                         {"output": 0.95, "input": 0.14, "vjp": 0.95})
+
+
+def test_without_the_papers_point_the_cpu_verdict_judges_sooner_and_names_the_factor_untested():
+    params = {**P, "paper_point": {**P["paper_point"], "seeds": {}}}
+    checks = judged(params, {}, chapter_runs(PUBLISHED))
+    claims = [c for c in checks if c.kind == "claim"]
+    assert [c.id for c in claims] == ["xor-robust-sooner", "xor-centroid-norm-lower",
+                                      "xor-alignment-higher", "chapter-point-ce-sooner"]
+    assert all(c.passed for c in claims)
+    untested, = [c for c in checks if c.id == "paper-point"]
+    assert untested.kind == "report" and untested.passed is None
+    assert untested.name.endswith("per loss: not run at this preset")
+    assert "judged by the paper preset" in untested.ours
+
+
+def test_the_paper_preset_judges_only_the_papers_point_and_names_what_it_leaves_out():
+    params = {**P, "seeds": {}, "paper_point": {**P["paper_point"],
+                                                "seeds": {"mse_mean": [0], "ce": [0]}}}
+    paper_runs = {("mse_mean", 0): (mnist_run(62320), mnist_run(45560)),
+                  ("ce", 0): (mnist_run(23080), mnist_run(8400))}
+    checks = judged(params, paper_runs, {}, xor_seeds=())
+    assert [c.id for c in checks] == [
+        "paper-point-mse-mean-sooner", "paper-point-mse-mean-factor", "paper-point-ce-sooner",
+        "paper-point-ce-factor", "xor", "chapter-point", "update-cost", "gradient-cosine",
+        "estimator", "seeds"]
+    assert [c.passed for c in checks if c.kind == "claim"] == [True, False, True, False]
+    assert [c.name.endswith("not run at this preset") for c in checks
+            if c.id in ("xor", "chapter-point")] == [True, True]
+
+
+def test_without_the_papers_point_the_speed_up_figure_says_where_the_factor_is_judged(monkeypatch):
+    params = {**P, "threshold": 0.85, "paper_point": {**P["paper_point"], "seeds": {}}}
+    shown = []
+    monkeypatch.setattr(chapter.plotting, "show", lambda fig, name, caption, alt:
+                        shown.append((fig, caption)))
+    run = type("Run", (), {"params": params, "paper": PAPER, "label": "cpu"})()
+    chapter.figure_speedups(run, chapter_runs(PUBLISHED), {})
+    (fig, caption), = shown
+    labels = {c.get_label() for c in fig.axes[1].containers if hasattr(c, "patches")}
+    assert labels == {"chapter's point, λ = 0.1 (not judged against the paper)"}
+    assert "9.88$\\times$ with cross-entropy (the paper: $(7.56 \\pm 0.82)\\times$)" in caption
+    assert "which the `paper` preset runs and judges" in caption
+    assert fig.axes[0].get_title() == "The chapter's point"
+    plt.close(fig)
+    # a preset that runs neither MNIST point draws nothing
+    shown.clear()
+    chapter.figure_speedups(type("Run", (), {"params": {**params, "seeds": {}}, "paper": PAPER,
+                                             "label": "paper"})(), {}, {})
+    assert shown == []

@@ -139,9 +139,59 @@ def updates(r: dict) -> int | str:
     return t if t is not None else f"> {r['steps']}"
 
 
+def chapter_point_runs(p: dict) -> dict:
+    """The chapter's operating point, {(loss, seed, lambda): run}: for every seed, weight decay
+    alone and the strongest lambda; for the first seed of each loss also the weaker lambdas (the
+    dose-response), but only where the strongest crossed before its cap. With `cap_at_baseline`
+    a GrokAlign run stops at weight decay alone's count: past it, it is not sooner."""
+    runs, strongest = {}, lambdas(p)[-1]
+    for loss, loss_seeds in mnist_seeds(p).items():
+        for s in loss_seeds:
+            base = runs[loss, s, 0.0] = ga.run_mnist(**ga.mnist_config(p, 0.0, loss, s))
+            cap = ga.steps_to_threshold(base) if p["cap_at_baseline"] else None
+            runs[loss, s, strongest] = ga.run_mnist(**ga.mnist_config(p, strongest, loss, s, cap))
+            if s == loss_seeds[0] and ga.steps_to_threshold(runs[loss, s, strongest]) is not None:
+                for lam in lambdas(p)[1:-1]:
+                    runs[loss, s, lam] = ga.run_mnist(**ga.mnist_config(p, lam, loss, s, cap))
+    return runs
+
+
+def print_chapter_point(p: dict, runs: dict) -> None:
+    """Every run at the chapter's point, then each loss's speed-ups per seed."""
+    if not runs:
+        print("The chapter's operating point is not run at this preset: the `cpu` preset runs "
+              "and judges it.")
+    for (loss, s, lam), r in runs.items():
+        t = ga.steps_to_threshold(r)
+        when = f"after {t} updates" if t is not None else f"not within {r['steps']} updates"
+        print(f"{loss:>3s} seed {s} {label(lam):>24s}: 85% held-out {when}; "
+              f"held-out {r['test_acc'][-1]:.3f}, exact ||J||_F {r['jacobian_norm'][-1]:.3g}")
+    strongest = lambdas(p)[-1]
+    for loss, seeds in mnist_seeds(p).items():
+        pairs = [ga.speedup(runs[loss, s, 0.0], runs[loss, s, strongest]) for s in seeds]
+        print(f"speed-up in updates, {LOSS_NAME[loss]}: " + ", ".join(
+            f"seed {s}: {speedup_text(*pair)}" for s, pair in zip(seeds, pairs)))
+
+
+def print_paper_point(p: dict, paper_runs: dict) -> None:
+    """Each seed's two runs at the paper's operating point and their speed-up, or where this
+    preset leaves that point to the `paper` preset."""
+    if not paper_runs:
+        print("The paper's operating point is not run at this preset: the `paper` preset runs "
+              "and judges it.")
+    point = paper_point(p)
+    for (loss, s), (base, grok) in paper_runs.items():
+        print(f"{LOSS_NAME[loss]}, seed {s}: GrokAlign (lambda {point['lambda'][loss]:g}) "
+              f"{crossing(grok)},\n    weight decay alone {crossing(base)}: speed-up "
+              f"{speedup_text(*ga.speedup(base, grok))}")
+
+
 def print_onsets(p: dict, onsets: dict, counts: dict) -> None:
     """Each XOR seed's robustness onset per amplitude, both runs, and whether GrokAlign was
     sooner by the chapter's rule."""
+    if not counts:
+        print("XOR is not run at this preset.")
+        return
     text = lambda t: "-" if t is None else str(t)  # noqa: E731
     lam_x = p["xor_lam"]
     print(f"onset of robustness ({p['xor_robust_level']:.0%} under noise), SGD step, weight decay "
@@ -159,6 +209,8 @@ def print_onsets(p: dict, onsets: dict, counts: dict) -> None:
 def print_xor_ends(p: dict, xor: dict) -> None:
     """Both XOR runs of each seed at their last step."""
     amps, lam_x = p["xor_amplitudes"], p["xor_lam"]
+    if not xor:
+        return
     print(f"\nat the end ({p['xor_steps']} steps), weight decay / GrokAlign:")
     for s in xor_seeds(p):
         a, b = xor[s, 0.0], xor[s, lam_x]
@@ -224,6 +276,23 @@ def check_id(*words: str) -> str:
     return "-".join(words).replace("_", "-")
 
 
+def sooner_claim(where: str, threshold: float, pairs: list, paper: str, why: str, id: str,
+                 details: dict | None = None):
+    """GrokAlign crosses the threshold sooner than weight decay alone: the median speed-up over
+    seeds (`grokalign.speedup` pairs) above 1. A seed whose two runs never crossed makes it
+    inconclusive; `why` (each seed's crossings) is the diagnosis where it does not pass, and
+    `details` join the numbers shown."""
+    med, rng, bound, missing = summary(pairs)
+    sooner = med > 1 and not missing
+    why = (f"no speed-up where neither run crossed; {why}" if missing
+           else f"median speed-up {med:.3g}x; {why}")
+    return claim(f"{where}: GrokAlign reaches {threshold:g} held-out accuracy sooner than weight "
+                 "decay alone (median speed-up over seeds > 1)", sooner,
+                 {"speed-up median": med, "range": rng, "lower bound": bound} | (details or {}),
+                 paper,
+                 inconclusive=missing, diagnosis=None if sooner else why, id=id)
+
+
 def paper_point_checks(p: dict, paper: dict, paper_runs: dict) -> list:
     """For each loss at the paper's operating point, two claims: GrokAlign crosses sooner (median
     speed-up over seeds above 1), and by the paper's factor (our range overlaps its band). A seed
@@ -241,22 +310,16 @@ def paper_point_checks(p: dict, paper: dict, paper_runs: dict) -> list:
         why = crossings_text(paper_runs, loss, seeds)
         paper_range = f"{band[0]:.3g}-{band[1]:.3g}"
         if missing:  # neither run of a seed crossed: no speed-up to judge
-            sooner_why = compare_why = f"no speed-up where neither run crossed; {why}"
+            compare_why = f"no speed-up where neither run crossed; {why}"
         else:
-            sooner_why = f"median speed-up {med:.3g}x; {why}"
             compare_why = (f"weight decay alone stopped at its cap uncrossed, so the speed-up is "
                            f"only known to be at least {rng[0]:.3g}x; {why}" if bound else
                            f"our speed-up {span(rng)} is {beside} the paper's "
                            f"{paper_range}x; {why}")
-        sooner = med > 1 and not missing
         checks += [
-            claim(f"{where}: GrokAlign reaches {p['threshold']:g} held-out accuracy sooner than "
-                  "weight decay alone (median speed-up over seeds > 1)", sooner,
-                  {"speed-up median": med, "range": rng, "lower bound": bound,
-                   "updates (weight decay only, GrokAlign) per seed": per_seed},
-                  paper_text(paper, loss), inconclusive=missing,
-                  diagnosis=None if sooner else sooner_why,
-                  id=check_id("paper-point", loss, "sooner")),
+            sooner_claim(where, p["threshold"], pairs, paper_text(paper, loss), why,
+                         check_id("paper-point", loss, "sooner"),
+                         {"updates (weight decay only, GrokAlign) per seed": per_seed}),
             claim(f"{where}: the speed-up is the paper's (our range over seeds overlaps "
                   f"{paper_range})", beside == "consistent",
                   {"against the paper": beside, "range": rng, "lower bound": bound},
@@ -265,6 +328,11 @@ def paper_point_checks(p: dict, paper: dict, paper_runs: dict) -> list:
                   id=check_id("paper-point", loss, "factor")),
         ]
     return checks
+
+
+def not_run(what: str, where: str, id: str):
+    """A part of the claim this preset does not run, named in the verdict (never a pass)."""
+    return report(f"{what}: not run at this preset", where, "", id=id)
 
 
 def xor_checks(p: dict, xor: dict, counts: dict, small_counts: dict) -> list:
@@ -339,16 +407,24 @@ def dose_response(p: dict, runs: dict, loss: str) -> tuple[dict, bool]:
     return shown, all(a >= b for a, b in zip(order, order[1:])) and order[-1] < order[0]
 
 
-def chapter_point_checks(p: dict, paper: dict, runs: dict, overhead: dict,
-                         agreement: dict) -> list:
-    """The chapter's own operating point, reported beside the verdict: the speed-up per loss,
-    the dose-response, what an update costs, and the wall-clock gain derived from both."""
+def chapter_point_checks(p: dict, paper: dict, runs: dict, overhead: dict) -> list:
+    """The chapter's own operating point: per loss, GrokAlign crosses sooner (judged, as at the
+    paper's point); its speed-up beside the paper's (reported: the paper's factor belongs to the
+    paper's point), the dose-response, and the wall-clock gain (the update speed-up over the
+    per-update cost ratio) reported beside the verdict."""
     seeds, strongest = mnist_seeds(p), lambdas(p)[-1]
     losses, shown = list(seeds), list(seeds)[0]
-    speedups = {loss: [ga.speedup(runs[loss, s, 0.0], runs[loss, s, strongest])
-                       for s in seeds[loss]] for loss in losses}
-    ce, time = paper["ce-factor"].value, paper["ce-time"].value
+    pairs = {(loss, s): (runs[loss, s, 0.0], runs[loss, s, strongest])
+             for loss in losses for s in seeds[loss]}
+    speedups = {loss: [ga.speedup(*pairs[loss, s]) for s in seeds[loss]] for loss in losses}
+    time = paper["ce-time"].value
     checks = []
+    for loss in [loss for loss in ("mse", "ce") if loss in losses]:
+        where = f"chapter's operating point, {LOSS_NAME[loss]} (lambda {strongest:g})"
+        checks.append(sooner_claim(
+            where, p["threshold"], speedups[loss],
+            f"sooner ({paper_text(paper, loss)} at the paper's own point)",
+            crossings_text(pairs, loss, seeds[loss]), check_id("chapter-point", loss, "sooner")))
     for loss in [loss for loss in ("mse", "ce") if loss in losses]:
         med, rng, bound, _ = summary(speedups[loss])
         checks.append(report(
@@ -366,19 +442,6 @@ def chapter_point_checks(p: dict, paper: dict, runs: dict, overhead: dict,
             f"chapter's operating point, {LOSS_NAME[loss]}: dose-response, a larger lambda reaches "
             "the threshold no later (lambda 0 last)", order | {"ordered": ordered}, "not given",
             id=check_id("chapter-point", loss, "dose-response")))
-    checks += [
-        # The paper's time and step factors imply what its update cost: steps / time.
-        report("per-update cost, GrokAlign / plain (interleaved timing), per estimator",
-               overhead["ratio"],
-               f"~{ce / time:.2g}x implied ({time:g}x time vs {ce:g}x steps, CE)",
-               id="update-cost"),
-        report("gradient cosine with the exact one (one draw, at initialisation), per estimator",
-               agreement, "not given", id="gradient-cosine"),
-        report("estimator of ||J||_F^2 at the chapter's point",
-               f"{p['estimator']}, {p['projections']} draw(s) per point, "
-               f"on {p['reg_points']} of {p['batch_size']} points",
-               "signs on the outputs, 1 draw per point (paper's code)", id="estimator"),
-    ]
     cost = overhead["ratio"][p["estimator"]]
     for loss in losses:
         checks.append(report(
@@ -399,17 +462,50 @@ def chapter_point_checks(p: dict, paper: dict, runs: dict, overhead: dict,
     ]
 
 
+def cost_reports(p: dict, paper: dict, overhead: dict, agreement: dict) -> list:
+    """What an update costs with each estimator, how well one draw points along the exact
+    gradient, and the chapter's estimator: reported, a property of our code."""
+    ce, time = paper["ce-factor"].value, paper["ce-time"].value
+    return [
+        # The paper's time and step factors imply what its update cost: steps / time.
+        report("per-update cost, GrokAlign / plain (interleaved timing), per estimator",
+               overhead["ratio"],
+               f"~{ce / time:.2g}x implied ({time:g}x time vs {ce:g}x steps, CE)",
+               id="update-cost"),
+        report("gradient cosine with the exact one (one draw, at initialisation), per estimator",
+               agreement, "not given", id="gradient-cosine"),
+        report("estimator of ||J||_F^2 at the chapter's point",
+               f"{p['estimator']}, {p['projections']} draw(s) per point, "
+               f"on {p['reg_points']} of {p['batch_size']} points",
+               "signs on the outputs, 1 draw per point (paper's code)", id="estimator"),
+    ]
+
+
 def judge(p: dict, paper: dict, paper_runs: dict, runs: dict, xor: dict, xor_counts: dict,
           small_counts: dict, overhead: dict, agreement: dict) -> list:
-    """The chapter's checks: the claims at the paper's operating point and on XOR at the paper's
-    input dimension, then what is reported beside them (the chapter's own operating point, the
-    shrunk XOR, the cost of an update, the seeds)."""
+    """The chapter's checks, for the parts of the claim that this preset runs: at the paper's
+    operating point (`paper_point`'s seeds), sooner and by the paper's factor; on XOR at the
+    paper's input dimension; at the chapter's own point (`seeds`), sooner, with its speed-up,
+    dose-response and wall-clock gain reported. A part that this preset does not run is named
+    as such (the `cpu` book leaves the paper's point to the `paper` preset, which leaves the
+    chapter's point and, on this machine, XOR to `cpu`). Then the cost of an update and the
+    seeds."""
     n = paper["seeds"].value
-    return (paper_point_checks(p, paper, paper_runs) + xor_checks(p, xor, xor_counts, small_counts)
-            + chapter_point_checks(p, paper, runs, overhead, agreement) + [
-                report("seeds: paper point per loss, chapter's point per loss, XOR",
-                       {"paper point": point_seeds(p), "chapter's point": mnist_seeds(p),
-                        "XOR": xor_seeds(p)}, f"CE and MSE, {n} seeds each", id="seeds")])
+    checks = (paper_point_checks(p, paper, paper_runs) if point_seeds(p) else [not_run(
+        "paper's operating point: GrokAlign sooner, by the paper's factor, per loss",
+        "judged by the paper preset (float64, the same batches in the same order every epoch)",
+        "paper-point")])
+    checks += (xor_checks(p, xor, xor_counts, small_counts) if xor_seeds(p) else [not_run(
+        f"XOR (p {p['xor_dim']}, width {p['xor_width']}): robustness sooner, centroid norm lower, "
+        "alignment higher", "judged by the cpu preset at width "
+        "512; the paper's width is not run here (about 1.4 CPU-hours a seed)", "xor")])
+    checks += (chapter_point_checks(p, paper, runs, overhead) if mnist_seeds(p) else [not_run(
+        "the chapter's operating point: GrokAlign sooner, speed-up, dose-response",
+        "judged by the cpu preset", "chapter-point")])
+    return checks + cost_reports(p, paper, overhead, agreement) + [
+        report("seeds: paper point per loss, chapter's point per loss, XOR",
+               {"paper point": point_seeds(p), "chapter's point": mnist_seeds(p),
+                "XOR": xor_seeds(p)}, f"CE and MSE, {n} seeds each", id="seeds")]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -418,6 +514,8 @@ def judge(p: dict, paper: dict, paper_runs: dict, runs: dict, xor: dict, xor_cou
 
 def figure_paper_point(run, paper_runs: dict) -> None:
     """Held-out accuracy of both runs of the first seed of each loss at the paper's point."""
+    if not paper_runs:  # the paper's point is not run at this preset
+        return
     p, seeds = run.params, point_seeds(run.params)
     point, colors, strongest = paper_point(p), lambda_colors(p), lambdas(p)[-1]
     fig, axes = plt.subplots(1, len(seeds), figsize=(8, 3.4), squeeze=False, sharey=True)
@@ -458,6 +556,8 @@ def figure_paper_point(run, paper_runs: dict) -> None:
 def figure_accuracy(run, runs: dict) -> None:
     """Training and held-out accuracy of every run of the first seed of each loss at the
     chapter's point, one row per loss on a shared update axis."""
+    if not runs:  # the chapter's point is not run at this preset
+        return
     p, grid = run.params, lambdas(run.params)
     first = {loss: seeds[0] for loss, seeds in mnist_seeds(p).items()}
     losses, strongest = list(first), grid[-1]
@@ -506,54 +606,64 @@ def figure_accuracy(run, runs: dict) -> None:
 
 
 def figure_speedups(run, runs: dict, paper_runs: dict) -> None:
-    """Left: each seed's updates to the threshold at the chapter's point, both runs. Right: per
-    loss, the judged speed-up (the paper's operating point: median bar, a dot per seed) beside
-    the paper's mean +- s.d., and apart from them, hatched, the chapter's point (not judged)."""
-    p, paper, seeds = run.params, run.paper, mnist_seeds(run.params)
-    losses, strongest, colors = list(seeds), lambdas(p)[-1], lambda_colors(p)
-    speedups = {loss: [ga.speedup(runs[loss, s, 0.0], runs[loss, s, strongest])
-                       for s in seeds[loss]] for loss in losses}
-    judged = {loss: [ga.speedup(*paper_runs[loss, s]) for s in point]
-              for loss, point in point_seeds(p).items()}
+    """Left: each seed's updates to the threshold, both runs, at the point this preset judges
+    "sooner" at (the chapter's, or the paper's where the chapter's is not run). Right: per loss,
+    the speed-ups beside the paper's mean +- s.d.: at the paper's operating point (judged against
+    it, solid) and, apart from them, hatched, the chapter's point (not judged against it)."""
+    p, paper = run.params, run.paper
+    strongest, colors = lambdas(p)[-1], lambda_colors(p)
+    # (weight decay alone, GrokAlign) per loss and seed, at each point this preset runs
+    points = {"paper's point": {loss: {s: paper_runs[loss, s] for s in seeds}
+                                for loss, seeds in point_seeds(p).items()},
+              "chapter's point": {loss: {s: (runs[loss, s, 0.0], runs[loss, s, strongest])
+                                         for s in seeds}
+                                  for loss, seeds in mnist_seeds(p).items()}}
+    points = {name: pairs for name, pairs in points.items() if pairs}
+    if not points:
+        return
+    ratios = {name: {loss: [ga.speedup(*pair) for pair in by_seed.values()]
+                     for loss, by_seed in pairs.items()} for name, pairs in points.items()}
+    left = "chapter's point" if "chapter's point" in points else "paper's point"
     fig, axes = plt.subplots(1, 2, figsize=(8, 4.2))
-    for i, loss in enumerate(losses):
-        for k, s in enumerate(seeds[loss]):
-            counts, x = [], i + 0.05 * (k - (len(seeds[loss]) - 1) / 2)  # seeds side by side
-            for j, lam in enumerate([0.0, strongest]):
-                r = runs[loss, s, lam]
+    for i, (loss, by_seed) in enumerate(points[left].items()):
+        for k, pair in enumerate(by_seed.values()):
+            counts, x = [], i + 0.05 * (k - (len(by_seed) - 1) / 2)  # seeds side by side
+            for j, (r, lam) in enumerate(zip(pair, [0.0, strongest])):
                 t = ga.steps_to_threshold(r)
                 counts.append(t if t is not None else r["steps"])
                 axes[0].scatter(x + 0.4 * j - 0.2, counts[-1], color=colors[lam], zorder=3,
                                 facecolors=colors[lam] if t is not None else "none")
             axes[0].plot([x - 0.2, x + 0.2], counts, color="0.6", lw=0.8, zorder=2)
     # Right: one group per paper factor (cross-entropy; the squared error, summed or averaged).
-    groups = list(dict.fromkeys(factor_key(loss) for loss in [*judged, *losses]))
+    styles = {"paper's point": (-0.3, dict(color="C0", label="paper's point (judged)")),
+              "chapter's point": (0.3, dict(color="0.85", hatch="//", edgecolor="0.5",
+                                            label=f"chapter's point, λ = {strongest:g} "
+                                                  "(not judged against the paper)"))}
+    groups = list(dict.fromkeys(factor_key(loss) for by_loss in ratios.values()
+                                for loss in by_loss))
     for i, key in enumerate(groups):
-        for loss, values, x, style in (
-                [(loss, judged[loss], i - 0.3, dict(color="C0", label="paper's point (judged)"))
-                 for loss in judged if factor_key(loss) == key]
-                + [(loss, speedups[loss], i + 0.3,
-                    dict(color="0.85", hatch="//", edgecolor="0.5",
-                         label=f"chapter's point, λ = {strongest:g} (not judged)"))
-                   for loss in losses if factor_key(loss) == key]):
-            measured = [v for v, _ in values if v is not None]
-            if measured:
-                axes[1].bar(x, np.median(measured), width=0.25, **style)
-                axes[1].scatter([x] * len(measured), measured, color="k", s=12, zorder=3,
-                                label="one seed")
+        for name, by_loss in ratios.items():
+            for loss, values in by_loss.items():
+                measured = [v for v, _ in values if v is not None]
+                if factor_key(loss) == key and measured:
+                    offset, style = styles[name]
+                    axes[1].bar(i + offset, np.median(measured), width=0.25, **style)
+                    axes[1].scatter([i + offset] * len(measured), measured, color="k", s=12,
+                                    zorder=3, label="one seed")
         plotting.paper_band(axes[1], paper[key], x=i, label="paper (mean ± s.d.)")
     thr = f"{p['threshold']:.0%}"
-    axes[0].set_xticks(range(len(losses)), [LOSS_NAME[loss] for loss in losses])
-    axes[0].set(xlim=(-0.6, len(losses) - 0.4), ylabel=f"updates to {thr} held-out",
-                title="The chapter's point")
+    axes[0].set_xticks(range(len(points[left])), [LOSS_NAME[loss] for loss in points[left]])
+    axes[0].set(xlim=(-0.6, len(points[left]) - 0.4), ylabel=f"updates to {thr} held-out",
+                title=f"The {left}")
     plotting.steps_axis(axes[0], "y", log=True)
     axes[1].set_xticks(range(len(groups)), ["cross-entropy" if key == "ce-factor"
                                             else "squared error" for key in groups])
     axes[1].set_xlim(-0.6, len(groups) - 0.4)
     axes[1].axhline(1, color="0.4", ls="--", lw=1)
     axes[1].set(ylabel="speed-up in updates", title="Speed-ups beside the paper's")
+    grokalign = ("GrokAlign" if left == "paper's point" else f"GrokAlign, λ = {strongest:g}")
     plotting.crossed_legend(axes[0], {"weight decay only": colors[0.0],
-                                      f"GrokAlign, λ = {strongest:g}": colors[strongest]})
+                                      grokalign: colors[strongest]})
     handles, names = axes[1].get_legend_handles_labels()
     seen = dict(zip(names, handles))
     axes[1].legend(seen.values(), seen.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.12),
@@ -568,35 +678,46 @@ def figure_speedups(run, runs: dict, paper_runs: dict) -> None:
             for loss, v in ((loss, [v for v, _ in values_of[loss] if v is not None])
                             for loss in values_of))
 
+    said = []
+    if "paper's point" in ratios:
+        judged = medians(ratios["paper's point"], True)
+        said.append("The judged speed-up, at the paper's operating point (solid bars, right), is "
+                    f"{judged}.")
+    if "chapter's point" in ratios:
+        own = medians(ratios["chapter's point"], "paper's point" not in ratios)
+        said.append("The chapter's own point (hatched bars: GrokAlign at "
+                    f"$\\lambda = {strongest:g}$ with the `{p['estimator']}` estimator; judged "
+                    "\"sooner\", not judged "
+                    f"against the paper's factor) gives {own}.")
+    if "paper's point" not in ratios:
+        said.append("The paper's factor belongs to its own operating point, which the `paper` "
+                    "preset runs and judges.")
     plotting.show(
         fig, "fig-04-speedups",
-        caption=f"The judged speed-up, at the paper's operating point (solid bars, right), is "
-                f"{medians(judged, True)}. The chapter's own point (hatched bars: GrokAlign at "
-                f"$\\lambda = {strongest:g}$ with the `{p['estimator']}` estimator, not judged "
-                f"against the paper) gives {medians(speedups, False)}. The dashed line at 1 marks "
-                "no speed-up; a bar is the median over seeds, a black dot one seed, the diamond "
-                f"the paper's mean $\\pm$ s.d. over {paper['seeds'].value} seeds of its code (it "
-                "gives no s.d. for the squared error). Left, at the chapter's point: each seed's "
-                f"updates to the {thr} threshold, weight decay only in "
-                f"{COLOR_WORD.get(colors[0.0], 'colour')} and GrokAlign in "
+        caption=" ".join(said) + " The dashed line at 1 marks no speed-up; a bar is the median "
+                "over seeds, a black dot one seed, the diamond the paper's mean $\\pm$ s.d. over "
+                f"{paper['seeds'].value} seeds of its code (it gives no s.d. for the squared "
+                f"error). Left, at the {left}: each seed's updates to the {thr} threshold, weight "
+                f"decay only in {COLOR_WORD.get(colors[0.0], 'colour')} and GrokAlign in "
                 f"{COLOR_WORD.get(colors[strongest], 'colour')}, a grey line joining the two runs "
-                "of a seed; an open marker did not cross within its cap (`max_steps`, or weight "
-                "decay alone's count for GrokAlign) and is drawn at the cap. Seeds: the paper's "
-                "point "
-                + "; ".join(f"{LOSS_NAME[loss]} {seeds_text(offsets)}"
-                            for loss, offsets in point_seeds(p).items())
-                + "; the chapter's point "
-                + "; ".join(f"{LOSS_NAME[loss]} {seeds_text(seeds[loss])}" for loss in losses)
-                + f"; preset {run.label}.",
+                "of a seed; an open marker did not cross within its cap and is drawn at the cap. "
+                "Seeds: " + "; ".join(
+                    f"the {name}, " + ", ".join(f"{LOSS_NAME[loss]} {seeds_text(list(by_seed))}"
+                                                for loss, by_seed in pairs.items())
+                    for name, pairs in points.items()) + f"; preset {run.label}.",
         alt="Two panels. Left: dot plot on a logarithmic axis of the updates each seed needed to "
-            "reach the threshold at the chapter's point, for weight decay only and for GrokAlign. "
-            "Right: bar chart of the median speed-up in updates per loss, at the paper's "
-            "operating point (judged) and, hatched, at the chapter's point (not judged), each "
-            "seed a dot, and the paper's value as a diamond between the two bars.")
+            f"reach the threshold at the {left}, for weight decay only and for GrokAlign. "
+            "Right: bar chart of the median speed-up in updates per loss, "
+            + " and ".join({"paper's point": "at the paper's operating point (judged)",
+                            "chapter's point": "hatched, at the chapter's point (not judged "
+                                               "against the paper)"}[name] for name in points)
+            + ", each seed a dot, and the paper's value as a diamond.")
 
 
 def figure_jacobian_norm(run, runs: dict) -> None:
     """The exact mean ||J(x)||_F during training, every lambda, first seed of each loss."""
+    if not runs:
+        return
     p, grid, colors = run.params, lambdas(run.params), lambda_colors(run.params)
     first = {loss: seeds[0] for loss, seeds in mnist_seeds(p).items()}
     losses, strongest = list(first), grid[-1]
@@ -636,6 +757,8 @@ def figure_jacobian_norm(run, runs: dict) -> None:
 def figure_centroids(run, runs: dict) -> None:
     """The centroid of one training digit at initialisation, halfway and at the end, both runs
     of the first seed of the first loss."""
+    if not runs:  # not run at this preset
+        return
     p, strongest = run.params, lambdas(run.params)[-1]
     loss, seeds = next(iter(mnist_seeds(p).items()))
     fig, axes = plt.subplots(2, 3, figsize=(8, 5.8))
@@ -670,6 +793,8 @@ def figure_centroids(run, runs: dict) -> None:
 def figure_xor(run, xor: dict, onsets: dict) -> None:
     """Both XOR networks of the first seed: clean accuracy, accuracy under noise, centroid norm
     and label-signed alignment against the step."""
+    if not xor:  # not run at this preset
+        return
     p = run.params
     s0, lam_x = xor_seeds(p)[0], p["xor_lam"]
     level, amps = p["xor_robust_level"], p["xor_amplitudes"]
@@ -719,6 +844,8 @@ def figure_xor_onsets(run, full: tuple[dict, dict], shrunk: tuple[dict, dict]) -
     """Every seed's robustness onset per amplitude, both runs, in the two XOR settings: `full`
     (the paper's input dimension) and `shrunk` (`xor_small`), each (onsets, counts) as in
     `judge`."""
+    if not full[0]:  # not run at this preset
+        return
     p, seeds = run.params, xor_seeds(run.params)
     lam_x, level, amps = p["xor_lam"], p["xor_robust_level"], p["xor_amplitudes"]
     small = {k: p["xor_small"].get(k, p[k]) for k in ("xor_dim", "xor_width")}
