@@ -396,7 +396,8 @@ def test_the_judge_gives_every_check_once_in_order_with_a_stable_id():
                            {"output": 0.95, "input": 0.14, "vjp": 0.95})
     assert [c.id for c in checks] == [
         "paper-point-mse-mean-sooner", "paper-point-mse-mean-factor", "paper-point-ce-sooner",
-        "paper-point-ce-factor", "xor-robust-sooner", "xor-centroid-norm-lower",
+        "paper-point-ce-factor", "paper-point-mse-mean-wall-clock", "paper-point-ce-wall-clock",
+        "xor-robust-sooner", "xor-centroid-norm-lower",
         "xor-alignment-higher", "xor-end-accuracy", "xor-shrunk-robust-sooner",
         "chapter-point-ce-sooner", "chapter-point-ce-speedup", "chapter-point-ce-dose-response",
         "chapter-point-ce-wall-clock", "first-seed-jacobian-norm",
@@ -484,15 +485,19 @@ def test_without_the_papers_point_the_cpu_verdict_judges_sooner_and_names_the_fa
 
 
 def test_the_paper_preset_judges_only_the_papers_point_and_names_what_it_leaves_out():
-    params = {**P, "seeds": {}, "paper_point": {**P["paper_point"],
+    params = {**P, "seeds": {}, "paper_point": {**P["paper_point"], "estimator": "output",
                                                 "seeds": {"mse_mean": [0], "ce": [0]}}}
     paper_runs = {("mse_mean", 0): (mnist_run(62320), mnist_run(45560)),
                   ("ce", 0): (mnist_run(23080), mnist_run(8400))}
     checks = judged(params, paper_runs, {}, xor_seeds=())
     assert [c.id for c in checks] == [
         "paper-point-mse-mean-sooner", "paper-point-mse-mean-factor", "paper-point-ce-sooner",
-        "paper-point-ce-factor", "xor", "chapter-point", "update-cost", "gradient-cosine",
-        "estimator", "seeds"]
+        "paper-point-ce-factor", "paper-point-mse-mean-wall-clock", "paper-point-ce-wall-clock",
+        "xor", "chapter-point", "update-cost", "gradient-cosine", "estimator", "seeds"]
+    wall = {c.id: c for c in checks}["paper-point-ce-wall-clock"]
+    # 23,080 / 8,400 updates at twice the cost per update (the output estimator's 2.0)
+    assert wall.kind == "report" and wall.ours == float(f"{23080 / 8400 / 2.0:.4g}")
+    assert wall.paper == "6.41x less time (CE)"
     assert [c.passed for c in checks if c.kind == "claim"] == [True, False, True, False]
     assert [c.name.endswith("not run at this preset") for c in checks
             if c.id in ("xor", "chapter-point")] == [True, True]

@@ -330,6 +330,20 @@ def paper_point_checks(p: dict, paper: dict, paper_runs: dict) -> list:
     return checks
 
 
+def paper_point_wall_clock(p: dict, paper: dict, paper_runs: dict, overhead: dict) -> list:
+    """Per loss at the paper's operating point, the wall-clock speed-up implied by the median
+    speed-up in updates and the per-update cost of its estimator (timed interleaved on the
+    preset's network in float32): reported beside the paper's time figure, not judged."""
+    point, time = paper_point(p), paper["ce-time"].value
+    cost = overhead["ratio"][point["estimator"]]
+    return [report(
+        f"paper's operating point, {LOSS_NAME[loss]}: wall-clock speed-up (median speed-up in "
+        f"updates / per-update cost of the {point['estimator']} estimator)",
+        summary([ga.speedup(*paper_runs[loss, s]) for s in seeds])[0] / cost,
+        f"{time:g}x less time (CE)" if loss == "ce" else "not given",
+        id=check_id("paper-point", loss, "wall-clock")) for loss, seeds in point_seeds(p).items()]
+
+
 def not_run(what: str, where: str, id: str):
     """A part of the claim this preset does not run, named in the verdict (never a pass)."""
     return report(f"{what}: not run at this preset", where, "", id=id)
@@ -491,7 +505,8 @@ def judge(p: dict, paper: dict, paper_runs: dict, runs: dict, xor: dict, xor_cou
     chapter's point and, on this machine, XOR to `cpu`). Then the cost of an update and the
     seeds."""
     n = paper["seeds"].value
-    checks = (paper_point_checks(p, paper, paper_runs) if point_seeds(p) else [not_run(
+    checks = (paper_point_checks(p, paper, paper_runs) + paper_point_wall_clock(
+        p, paper, paper_runs, overhead) if point_seeds(p) else [not_run(
         "paper's operating point: GrokAlign sooner, by the paper's factor, per loss",
         "judged by the paper preset (float64, the same batches in the same order every epoch)",
         "paper-point")])
