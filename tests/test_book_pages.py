@@ -412,11 +412,29 @@ def test_every_papers_number_names_a_check_the_published_chapter_has():
     for name, chapter in config.chapters().items():
         record = next((r for r in scoreboard.load_results(BOOK_DIR / "results")
                        if r["chapter"] == name), None)
+        paper, _ = book_pages.load_paper(name, BOOK_DIR / "results")
         for entry in chapter.get("paper_numbers") or []:
             assert record, f"{name} lists paper numbers but has no published results"
-            # by its id; by its name until the chapter is published with ids
-            keys = {c["name"] for c in record["checks"]} | {c.get("id") for c in record["checks"]}
+            # by its id (or its name, in a chapter published before ids), in the cpu run or in
+            # the published paper run (chapter 04's paper point runs only at `paper`)
+            checks = record["checks"] + (paper["checks"] if paper else [])
+            keys = {c["name"] for c in checks} | {c.get("id") for c in checks}
             assert entry["check"] in keys, (name, entry)
+
+
+def test_a_papers_number_measured_only_at_paper_comes_from_the_paper_seeds(monkeypatch):
+    import dataclasses
+
+    chapter = config.chapters()["07_optimizers"]
+    entry = {"check": "paper-only", "what": "a factor", "paper": [6.74, 8.38]}
+    monkeypatch.setitem(config.chapters(), "07_optimizers", dataclasses.replace(
+        chapter, meta={**chapter.meta, "paper_numbers": [entry]}))
+    paper_seeds = _seeds_with([dict(SEEDS["values"][0], id="paper-only", key=None, n=3,
+                                    ci95=None, range=[5.2, 5.8])])
+    text = book_pages.across_seeds_section(RECORD, _seeds_with(SEEDS["values"]), paper_seeds)
+    assert "| a factor | [5.2, 5.8] (range over 3 seeds, at `paper`) | 6.74–8.38 | below |" in text
+    text = book_pages.across_seeds_section(RECORD, _seeds_with(SEEDS["values"]))
+    assert "| a factor | not measured in these seeds |" in text
 
 
 def test_a_deterministic_chapter_says_its_seeds_count_as_one_run():

@@ -169,18 +169,24 @@ def value_key(value: dict) -> str:
     return value.get("id") or value["check"]
 
 
-def paper_numbers_lines(chapter: str, seeds: dict) -> list[str]:
+def paper_numbers_lines(chapter: str, seeds: dict, paper_seeds: dict | None = None) -> list[str]:
     """Our spread across seeds beside each number the paper gives (`paper_numbers` in the
     chapter's chapter.yaml: the check, by its id or its name, the key of its `ours` when it is a
     mapping, what it is, and the paper's number or [low, high]), read in words by
     `verdict.against_paper`. Ours is the 95% interval of the mean from five seeds on, the range
-    over the seeds below that."""
+    over the seeds below that. A number that these seeds do not measure is taken from the `paper`
+    preset's seeds (`paper_seeds`), where that preset measures it, and marked so."""
     from ..verdict import against_paper
     wanted = (chapters().get(chapter) or {}).get("paper_numbers") or []
     rows = []
+
+    def measured(entry: dict, among: dict | None) -> dict | None:
+        return next((v for v in (among or {}).get("values", []) if entry["check"] in (
+            v.get("id"), v["check"]) and v.get("key") == entry.get("key")), None)
     for entry in wanted:
-        value = next((v for v in seeds.get("values", []) if entry["check"] in (v.get("id"),
-                      v["check"]) and v.get("key") == entry.get("key")), None)
+        value, where = measured(entry, seeds), ""
+        if value is None and (value := measured(entry, paper_seeds)) is not None:
+            where = ", at `paper`"
         paper = entry["paper"] if isinstance(entry["paper"], list) else [entry["paper"]] * 2
         paper_text = (format_value(paper[0]) if paper[0] == paper[1]
                       else f"{format_value(paper[0])}–{format_value(paper[1])}")
@@ -191,7 +197,7 @@ def paper_numbers_lines(chapter: str, seeds: dict) -> list[str]:
         ours, how = ((value["ci95"], "95% interval") if value.get("ci95")
                      else (value["range"], f"range over {value['n']} seeds"))
         rows.append(f"| {table_cell(entry['what'])} | [{format_value(ours[0])}, "
-                    f"{format_value(ours[1])}] ({how}) | {paper_text} | "
+                    f"{format_value(ours[1])}] ({how}{where}) | {paper_text} | "
                     f"{against_paper(tuple(ours), tuple(paper))} |")
     if not rows:
         return []
@@ -219,7 +225,8 @@ def paired_lines(seeds: dict) -> list[str]:
     return lines
 
 
-def across_seeds_section(record: dict, seeds: dict | None) -> str:
+def across_seeds_section(record: dict, seeds: dict | None,
+                         paper_seeds: dict | None = None) -> str:
     name = record["chapter"]
     if not seeds:
         return f"## Across seeds\n\n{TEXTS['seeds_not_run'].format(name=name)}"
@@ -249,7 +256,7 @@ def across_seeds_section(record: dict, seeds: dict | None) -> str:
             mean += " (identical in every seed)"
         lines.append("| " + " | ".join(table_cell(text) for text in (
             c["name"], c["kind"], k, mean, interval, median)) + " |")
-    lines += paper_numbers_lines(name, seeds)
+    lines += paper_numbers_lines(name, seeds, paper_seeds)
     lines += paired_lines(seeds)
     diagnoses = [f"- *{table_cell(c['name'])}*, seed {s}: {text}" for c in seeds["checks"]
                  for s, text in (c.get("diagnoses") or {}).items()]
@@ -349,7 +356,8 @@ def _readable_checks(cells: list, checks: list[dict]) -> None:
 
 
 def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
-                         judging_dir: Path, paper_line: str | None = None) -> bool:
+                         judging_dir: Path, paper_line: str | None = None,
+                         paper_seeds: dict | None = None) -> bool:
     """Put the verdict box under the title, the across-seeds section before "What this shows"
     (or "Try this") and "Run this chapter yourself" at the end, in place of earlier versions;
     drop papermill's parameters cell from the page, make each plot shown with `plotting.show` a
@@ -385,7 +393,7 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
     ending = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and any(
         c.source.lstrip().lower().startswith(h) for h in ("## what this shows", "## try this"))),
         len(cells))
-    cells.insert(ending, cell(across_seeds_section(record, seeds), SEEDS_TAG,
+    cells.insert(ending, cell(across_seeds_section(record, seeds, paper_seeds), SEEDS_TAG,
                                 {"tags": [SEEDS_TAG]}))
     cells.append(cell(run_yourself_section(record), RUN_TAG, {"tags": [RUN_TAG]}))
     _readable_checks(cells, record["checks"])

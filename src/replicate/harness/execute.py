@@ -226,9 +226,10 @@ def prepare_page(notebook: Path, record: dict, results_dir: Path) -> None:
     nb.metadata.get("papermill", {}).update(input_path=f"notebooks/{name}.ipynb",
                                             output_path=f"book/claims/{name}.ipynb")
     nbformat.write(nb, notebook)
-    paper = (paper_summary(name, *load_paper(name, results_dir)) if record["preset"] == SCHEMA_PRESET
-             else None)
-    refresh_chapter_page(notebook, record, load_seeds(name, results_dir), JUDGING_DIR, paper)
+    published = load_paper(name, results_dir) if record["preset"] == SCHEMA_PRESET else None
+    paper = paper_summary(name, *published) if published else None
+    refresh_chapter_page(notebook, record, load_seeds(name, results_dir), JUDGING_DIR, paper,
+                         paper_seeds=published[1] if published else None)
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # unwind like Ctrl-C: every `finally` runs

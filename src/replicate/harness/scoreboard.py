@@ -372,8 +372,9 @@ def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> 
     """Rewrite every executed chapter's verdict box and across-seeds section from its results."""
     pages = [(ch, claims_dir / f"{ch}.ipynb", _load(results_dir / f"{ch}.json"))
              for ch in chapters()]
+    papers = {ch: load_paper(ch, results_dir) for ch, _, _ in pages}
     return sum(refresh_chapter_page(notebook, record, load_seeds(ch, results_dir), JUDGING_DIR,
-                                    paper_summary(ch, *load_paper(ch, results_dir)))
+                                    paper_summary(ch, *papers[ch]), paper_seeds=papers[ch][1])
                for ch, notebook, record in pages if notebook.exists() and record)
 
 
