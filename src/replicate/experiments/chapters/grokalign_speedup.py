@@ -488,7 +488,7 @@ def cost_reports(p: dict, paper: dict, overhead: dict, agreement: dict) -> list:
                id="update-cost"),
         report("gradient cosine with the exact one (one draw, at initialisation), per estimator",
                agreement, "not given", id="gradient-cosine"),
-        report("estimator of ||J||_F^2 at the chapter's point",
+        report("estimator of ||J||_F^2 in this preset's MNIST runs",
                f"{p['estimator']}, {p['projections']} draw(s) per point, "
                f"on {p['reg_points']} of {p['batch_size']} points",
                "signs on the outputs, 1 draw per point (paper's code)", id="estimator"),
