@@ -2,6 +2,8 @@
 #   make book   create .venv if missing, run every chapter at the cpu preset, build the HTML book
 #   make test   create .venv if missing, run the test suite (unit tests, smoke chapters, nbval)
 #   make lab    create .venv if missing, open the chapters' notebooks in JupyterLab
+# `make venv` also installs MathJax for node into typeset/ (where npm exists), so that the build
+# typesets the math and the pages load no MathJax; without npm the pages typeset it themselves.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,12 +14,18 @@ export REPLICATE_DATA_DIR
 
 .PHONY: book test validate venv lab
 
-venv: $(VENV)/.installed
+TYPESET := typeset/node_modules/.package-lock.json
+
+venv: $(VENV)/.installed $(TYPESET)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
+
+$(TYPESET): typeset/package.json typeset/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix typeset --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the book's pages will typeset their math in the browser (apt-get install nodejs npm)"; fi
 
 book: venv
 	$(PY) -m replicate run --preset cpu

@@ -587,3 +587,68 @@ def test_a_figure_stored_with_a_palette_looks_the_same_and_weighs_less(tmp_path)
     moved = np.abs(after - original).max(axis=2)
     assert moved.mean() < 0.5 and np.percentile(moved, 99.9) <= 16
     assert not palette_png(path)  # a palette PNG is left as it is
+
+
+def _typesetter_or_skip():
+    import os
+
+    import pytest
+    from replicate.harness.book_sphinx import math_typesetter
+    if math_typesetter() is None:
+        reason = "node or typeset/node_modules is missing (make venv installs it)"
+        if os.environ.get("REPLICATE_REQUIRE_BROWSER") == "1":  # CI builds the book it weighs
+            pytest.fail(f"the book's math typesetter is required in CI but {reason}")
+        pytest.skip(reason)
+
+
+PAGE = """<html><head><title>t</title></head><body class="x">
+<p>A ratio <span class="math notranslate nohighlight">\\(\\frac{a}{b} &lt; 1\\)</span> inline.</p>
+<div class="math notranslate nohighlight">
+\\[\\lVert J(x) \\rVert_F^2 = \\sum_{ij} J_{ij}^2\\]</div>
+</body></html>"""
+
+
+def test_the_build_typesets_tex_as_svg_with_mathml_for_screen_readers(tmp_path):
+    from replicate.harness.book_sphinx import MATH_CACHE_ID, typeset_math
+    _typesetter_or_skip()
+    page, plain = tmp_path / "page.html", tmp_path / "plain.html"
+    page.write_text(PAGE)
+    plain.write_text("<html><head></head><body><p>No math.</p></body></html>")
+    assert typeset_math([page, plain]) == 2
+    html = page.read_text()
+    assert "\\frac" not in html and "\\(" not in html and "\\[" not in html
+    assert html.count("<mjx-container") == 2 and html.count('display="true"') >= 1
+    # what a screen reader reads: the formula's MathML, with the entity decoded into "<"
+    assert "<mfrac><mi>a</mi><mi>b</mi></mfrac><mo>&lt;</mo><mn>1</mn>" in html
+    # the glyphs once, at the top of the body, referenced by every formula; the style in <head>
+    assert html.index(MATH_CACHE_ID) < html.index("<p>") and 'xlink:href="#MJX-' in html
+    assert html.index('id="MJX-SVG-styles"') < html.index("</head>")
+    assert plain.read_text() == "<html><head></head><body><p>No math.</p></body></html>"
+    assert typeset_math([page]) == 0 and page.read_text() == html  # a typeset page is left alone
+
+
+def test_tex_the_typesetter_cannot_read_stops_the_build_with_the_formula(tmp_path):
+    import pytest
+    from replicate.harness.book_sphinx import typeset_math
+    _typesetter_or_skip()
+    page = tmp_path / "page.html"
+    page.write_text(PAGE.replace("\\frac{a}{b}", "\\notamacro{a}"))
+    with pytest.raises(RuntimeError, match="notamacro"):
+        typeset_math([page])
+
+
+def test_pages_load_mathjax_only_where_the_build_cannot_typeset(monkeypatch):
+    from types import SimpleNamespace
+
+    from replicate.harness import book_sphinx
+
+    def script(filename, body=""):
+        return SimpleNamespace(filename=filename, attributes={"body": body} if body else {})
+    scripts = [script("_static/doctools.js"), script(None, body="window.MathJax = {}"),
+               script("mathjax/startup.js"), script("_static/doctools.js")]
+    for typesetter, expected in [(["node"], ["_static/doctools.js"]),
+                                 (None, ["_static/doctools.js", None, "mathjax/startup.js"])]:
+        monkeypatch.setattr(book_sphinx, "math_typesetter", lambda t=typesetter: t)
+        context = {"script_files": list(scripts)}
+        book_sphinx._scripts_a_page_loads(None, "p", "page.html", context, None)
+        assert [s.filename for s in context["script_files"]] == expected
