@@ -487,6 +487,18 @@ def test_the_scoreboard_says_why_each_verdict_that_fails_fails_at_each_setting(t
     assert scoreboard.why_not([RECORD])[0] == ("- **07 · Optimisers on ravines** at `cpu`: sgd does not "
                                                "(ours: 0; paper: no).")
     assert scoreboard.why_not([dict(RECORD, checks=[RECORD["checks"][0]])]) == []
+    # with seeds, the line says what the seeds measured, not the published run's one value
+    seeds = {"checks": [{"name": "sgd does not", "kind": "claim", "k": 1, "n": 5}],
+             "values": [{"check": "sgd does not", "key": "distance", "range": [0.25, 1250.0]},
+                        {"check": "adam reaches it", "key": None, "range": [0.01, 0.03]}]}
+    assert scoreboard.why_not([RECORD], seeds={"07_optimizers": seeds})[0] == (
+        "- **07 · Optimisers on ravines** at `cpu`: sgd does not (ours: passes in 1 of 5 seeds; "
+        "distance 0.25 to 1,250 over seeds; paper: no).")
+    paper_line = scoreboard.why_not([], {"07_optimizers": (dict(RECORD, preset="paper"), seeds)})
+    assert "at `paper`: sgd does not (ours: passes in 1 of 5 seeds;" in paper_line[0]
+    seeds["values"][0]["range"] = [0.356, 0.356]  # a deterministic chapter: one value
+    assert "passes in 1 of 5 seeds; distance 0.356 in every seed; paper: no" in (
+        scoreboard.why_not([RECORD], seeds={"07_optimizers": seeds})[0])
 
 
 def test_the_theme_keeps_the_rules_of_the_icons_in_use_and_drops_the_others():

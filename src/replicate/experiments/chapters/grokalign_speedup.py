@@ -322,7 +322,8 @@ def paper_point_checks(p: dict, paper: dict, paper_runs: dict) -> list:
                          {"updates (weight decay only, GrokAlign) per seed": per_seed}),
             claim(f"{where}: the speed-up is the paper's (our range over seeds overlaps "
                   f"{paper_range})", beside == "consistent",
-                  {"against the paper": beside, "range": rng, "lower bound": bound},
+                  {"speed-up median": med, "against the paper": beside, "range": rng,
+                   "lower bound": bound},
                   paper_text(paper, loss), inconclusive=beside.startswith("inconclusive"),
                   diagnosis=None if beside == "consistent" else compare_why,
                   id=check_id("paper-point", loss, "factor")),
