@@ -430,7 +430,8 @@ def test_the_about_page_says_how_to_cite_and_when_it_was_built(pages, built_book
 
 
 PHONE_SHOTS = ["intro.html", "scoreboard.html", "claims/01_delayed_robustness.html",
-               "claims/04_grokalign_speedup.html", "claims/08_predicting_grokking.html"]
+               "claims/04_grokalign_speedup.html", "claims/05_slingshot_hessian.html",
+               "claims/08_predicting_grokking.html"]
 
 
 def test_phone_screenshots_of_the_pages_a_reader_meets_first(browser, built_book):
