@@ -193,7 +193,8 @@ def _is_mathjax(script) -> bool:
 
 
 def _scripts_a_page_loads(app, pagename, templatename, context, doctree) -> None:
-    # ... and no MathJax where the build typesets the math itself.
+    """Each script once (Sphinx 7.4 lists an inline one twice, see above), and none of MathJax's
+    where the build typesets the math itself."""
     typeset, seen, kept = math_typesetter() is not None, set(), []
     for script in context.get("script_files", []):
         key = (script.filename or "", tuple(sorted(script.attributes.items())))
