@@ -485,6 +485,26 @@ def ntk() -> list[dict]:
 
 
 @benchmark
+def optimizer_grid() -> list[dict]:
+    """Chapter 07's race at its cpu grid (Adam, nine learning rates, log-scaled Rosenbrock from
+    its start), 1,000 steps: the grid as rows of one tensor (`optimizer_race`) against torch.optim
+    run on each learning rate alone, as the chapter ran before; the paths compared bit for bit."""
+    from ..config import load_preset
+    from ..measures import objectives
+    p = load_preset("07_optimizers", "cpu")
+    f = objectives.log_scale(objectives.rosenbrock, p["log_offset"])
+    args = (f, p["rosenbrock_start"], "adam", p["learning_rates"], 1000)
+    load = load_average()
+    timed = side_by_side(lambda: objectives.optimizer_race(*args),
+                         lambda: peers.torch_optim_race(*args))
+    same = np.array_equal(timed.ours_result, timed.peer_result, equal_nan=True)
+    return [peer_row(f"chapter 07's grid, Adam at {len(p['learning_rates'])} learning rates x "
+                     f"1,000 steps: ours as rows of one tensor; the peer one rate at a time "
+                     f"(paths {'bit for bit equal' if same else 'DIFFERENT'})", timed,
+                     f"torch.optim {torch.__version__.split('+')[0]}", load)]
+
+
+@benchmark
 def refusal() -> list[dict]:
     """`run` refusing bad input (it loads neither torch nor a kernel), beside a bare Python start."""
     bad = [sys.executable, "-m", "replicate", "run", "07_optimizers", "--preset", "nope"]

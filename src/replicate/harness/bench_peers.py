@@ -1,6 +1,7 @@
 """The peers `bench` times our measures against, side by side in one process on the same inputs:
 torchattacks (PGD), scikit-dimension (MLE and TwoNN), PyHessian (the top Hessian eigenvalue) and a
-`torch.func` computation of the empirical NTK. None is a dependency of the book: a peer that is
+`torch.func` computation of the empirical NTK, and torch.optim run one learning rate at a time
+(chapter 07's grid). None is a dependency of the book: a peer that is
 not installed gives a row that says so, and the benchmark still times ours."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from unittest import mock
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
@@ -104,3 +106,33 @@ def torch_func_ntk(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     kernel = sum(torch.einsum("naf,mbf->nmab", j.flatten(2), j.flatten(2))
                  for j in jacobians.values())
     return kernel.diagonal(dim1=2, dim2=3).sum(-1)  # the trace over the k outputs
+
+
+# torch.optim at its defaults ("momentum": SGD with momentum 0.9), the optimisers chapter 07 races.
+TORCH_OPTIMIZERS = {
+    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),
+    "momentum": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
+    "rmsprop": lambda params, lr: torch.optim.RMSprop(params, lr=lr),
+    "rprop": lambda params, lr: torch.optim.Rprop(params, lr=lr),
+    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+    "adamax": lambda params, lr: torch.optim.Adamax(params, lr=lr),
+}
+
+
+def torch_optim_race(objective, start: list[float], optimizer: str, lrs: list[float],
+                     iterations: int) -> np.ndarray:
+    """What `objectives.optimizer_race` computes, by torch.optim itself, one learning rate at a
+    time (one point, one optimiser, one backward a step): the positions, shape
+    (iterations + 1, len(lrs), n), in float64."""
+    paths = []
+    for lr in lrs:
+        point = torch.tensor(start, dtype=torch.float64, requires_grad=True)
+        opt = TORCH_OPTIMIZERS[optimizer]([point], lr)
+        path = [np.array(start)]
+        for _ in range(iterations):
+            opt.zero_grad(set_to_none=True)
+            objective(point).backward()
+            opt.step()
+            path.append(point.detach().numpy().copy())
+        paths.append(np.array(path))
+    return np.stack(paths, axis=1)

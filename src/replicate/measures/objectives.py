@@ -55,39 +55,95 @@ def log_scale(g: Callable[[torch.Tensor], torch.Tensor], c: float) -> Callable[[
     return lambda x: torch.log(g(x) + c)
 
 
-# PyTorch defaults, except that "momentum" is SGD with heavy-ball momentum 0.9.
-OPTIMIZERS: dict[str, Callable] = {
-    "sgd": lambda groups: torch.optim.SGD(groups),
-    "momentum": lambda groups: torch.optim.SGD(groups, momentum=0.9),
-    "rmsprop": lambda groups: torch.optim.RMSprop(groups),
-    "rprop": lambda groups: torch.optim.Rprop(groups),
-    "adam": lambda groups: torch.optim.Adam(groups),
-    "adamax": lambda groups: torch.optim.Adamax(groups),
-}
+# One update of each optimiser for a batch of points, one per row of x, each row with its own
+# learning rate (lr: a column of shape (rows, 1)). These are PyTorch's update rules at its default
+# settings (torch.optim, single-tensor form), except that "momentum" is SGD with heavy-ball
+# momentum 0.9. Written for rows, the whole learning-rate grid of an optimiser costs one set of
+# tensor operations a step instead of one per learning rate; a test holds every rule to
+# torch.optim run on each learning rate alone. `state` is the optimiser's memory, empty at step 1.
+
+def _descend(x, direction, lr):
+    """x -= lr * direction, row by row, as torch.optim's SGD writes it (`add_` with alpha = -lr:
+    one rounding where the CPU fuses the multiply and the add). On chaotic runs (momentum at
+    large rates) a rounding apart grows to a different path, so this one step keeps the rows'
+    loop, to stay bit for bit on torch.optim's path; it is a small share of the step."""
+    for row, d, rate in zip(x, direction, lr[:, 0].tolist()):
+        row.add_(d, alpha=-rate)
+
+
+def _sgd(x, g, lr, state, step):
+    _descend(x, g, lr)
+
+
+def _momentum(x, g, lr, state, step):
+    buf = state["buf"] = g.clone() if step == 1 else state["buf"].mul_(0.9).add_(g)
+    _descend(x, buf, lr)
+
+
+def _rmsprop(x, g, lr, state, step):
+    square_avg = state.setdefault("square_avg", torch.zeros_like(x))
+    square_avg.mul_(0.99).addcmul_(g, g, value=1 - 0.99)
+    x.sub_(lr * g / square_avg.sqrt().add_(1e-8))
+
+
+def _rprop(x, g, lr, state, step):
+    # The step size of each coordinate grows by 1.2 while the gradient keeps its sign and halves
+    # when it flips (the update is then skipped), within [1e-6, 50]; it starts at lr.
+    prev = state.setdefault("prev", torch.zeros_like(x))
+    step_size = state.setdefault("step_size", lr.expand_as(x).clone())
+    sign = (g * prev).sign()
+    factor = torch.ones_like(x)  # (torch.where would take 1.2 as a float32 scalar)
+    factor[sign > 0], factor[sign < 0] = 1.2, 0.5
+    step_size.mul_(factor).clamp_(1e-6, 50)
+    g = g.clone()
+    g[sign < 0] = 0.0
+    x.sub_(g.sign() * step_size)
+    prev.copy_(g)
+
+
+def _adam(x, g, lr, state, step):
+    exp_avg = state.setdefault("exp_avg", torch.zeros_like(x)).lerp_(g, 1 - 0.9)
+    exp_avg_sq = state.setdefault("exp_avg_sq", torch.zeros_like(x))
+    exp_avg_sq.mul_(0.999).addcmul_(g, g, value=1 - 0.999)
+    denom = (exp_avg_sq.sqrt() / (1 - 0.999 ** step) ** 0.5).add_(1e-8)
+    x.sub_(lr / (1 - 0.9 ** step) * exp_avg / denom)
+
+
+def _adamax(x, g, lr, state, step):
+    exp_avg = state.setdefault("exp_avg", torch.zeros_like(x)).lerp_(g, 1 - 0.9)
+    exp_inf = state.setdefault("exp_inf", torch.zeros_like(x))
+    torch.maximum(exp_inf.mul_(0.999), g.abs().add_(1e-8), out=exp_inf)
+    x.sub_(lr / (1 - 0.9 ** step) * exp_avg / exp_inf)
+
+
+OPTIMIZERS: dict[str, Callable] = {"sgd": _sgd, "momentum": _momentum, "rmsprop": _rmsprop,
+                                   "rprop": _rprop, "adam": _adam, "adamax": _adamax}
 
 
 def optimizer_race(objective: Callable[[torch.Tensor], torch.Tensor], start: list[float],
                    optimizer: str, lrs: list[float], iterations: int) -> np.ndarray:
     """Minimise `objective` from `start` with one optimiser at several learning rates at once.
 
-    Each learning rate gets its own copy of the point in its own parameter group; all six
-    optimisers keep per-parameter state, so the runs do not interact and this equals running
-    them one by one. Returns the positions, shape (iterations + 1, len(lrs), n), in float64.
-    A run that overflows keeps non-finite positions from then on.
+    Each learning rate moves its own copy of the point, one row of a (len(lrs), n) tensor; every
+    operation of the objective and of the update acts on each row alone, so the runs do not
+    interact and this equals running them one by one. Returns the positions, shape
+    (iterations + 1, len(lrs), n), in float64. A run that overflows keeps non-finite positions
+    from then on.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimiser {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-    points = [torch.tensor(start, dtype=torch.float64, requires_grad=True) for _ in lrs]
-    opt = OPTIMIZERS[optimizer]([{"params": [p], "lr": lr} for p, lr in zip(points, lrs)])
+    update, state = OPTIMIZERS[optimizer], {}
+    lr = torch.tensor(lrs, dtype=torch.float64)[:, None]
+    points = torch.tensor([start] * len(lrs), dtype=torch.float64)
     path = np.empty((iterations + 1, len(lrs), len(start)))
     path[0] = np.array(start)
     for t in range(1, iterations + 1):
-        opt.zero_grad(set_to_none=True)
-        # Summing separate objectives gives each point exactly its own gradient.
-        torch.stack([objective(p) for p in points]).sum().backward()
-        opt.step()
-        with torch.no_grad():
-            path[t] = torch.stack(points).numpy()
+        points.requires_grad_(True)
+        # The sum's gradient with respect to each row is that row's own gradient.
+        (grad,) = torch.autograd.grad(objective(points).sum(), points)
+        points = points.detach()
+        update(points, grad, lr, state, t)
+        path[t] = points.numpy()
     return path
 
 
