@@ -1,4 +1,5 @@
 """The empirical NTK against closed forms and dense per-sample gradients."""
+import pytest
 import torch
 from torch import nn
 
@@ -19,6 +20,21 @@ def test_parameter_gradients_match_a_loop_over_points():
         for k in range(2):
             rows = torch.autograd.grad(model(x[n:n + 1])[0, k], list(model.parameters()))
             assert torch.allclose(g[n, k], torch.cat([r.flatten() for r in rows]), atol=1e-12)
+
+
+@pytest.mark.parametrize("bias, outputs, activation", [(False, 1, "relu"), (True, 3, "relu"),
+                                                       (True, 2, "gelu")])
+def test_the_mlp_kernel_layer_by_layer_equals_the_contracted_per_point_gradients(bias, outputs,
+                                                                                 activation):
+    torch.manual_seed(0)
+    model = MLP(6, 9, 3, outputs, bias=bias, activation=activation).double()
+    x = _points(11, 6)
+    g = ntk.parameter_gradients(model, x)  # (n, k, P), checked against a loop over points above
+    dense = torch.einsum("nkp,mkp->nm", g, g)
+    layered = ntk.mlp_ntk(model, x)
+    assert torch.allclose(layered, dense, rtol=1e-12, atol=1e-12)
+    assert torch.equal(ntk.empirical_ntk(model, x), layered)  # the MLP takes this path
+    assert all(p.grad is None for p in model.parameters())  # and leaves no gradients behind
 
 
 def test_ntk_of_a_linear_map_is_the_gram_matrix():
