@@ -531,14 +531,24 @@ def test_seeds_file_gives_each_claim_check_and_the_whole_claim_its_pass_rate_int
 # ----------------------------------------------------------------- several chapters in lanes
 
 
-def test_chapters_run_longest_first_by_their_last_published_time(tmp_path):
-    for name, seconds in [("07_optimizers", 300.0), ("04_grokalign_speedup", 2000.0)]:
+def test_chapters_run_longest_first_by_their_cold_time_and_a_chain_by_its_sum(tmp_path, monkeypatch):
+    # Chapter A was last published from the run cache (5 s) but takes 500 s cold; B took 300 s
+    # cold when published; C was never published and has no measured time; D (100 s) follows E
+    # (250 s), so E goes ahead of B: the lane that runs E runs D next, 350 s in all.
+    meta = {"A": {"cpu_cold_s": 500}, "B": {}, "C": {}, "D": {"runs_after": "E", "cpu_cold_s": 100},
+            "E": {"cpu_cold_s": 250}}
+    monkeypatch.setattr(lanes, "get_chapter", lambda name: config.Chapter(name, name, "", (),
+                                                                          meta[name]))
+    for name, seconds in [("A", 5.0), ("B", 300.0)]:
         (tmp_path / f"{name}.json").write_text(json.dumps({"duration_s": seconds}))
-    specs = [RunSpec.make(c, "smoke") for c in
-             ("07_optimizers", "04_grokalign_speedup", "09_progress_measures")]
+    specs = [RunSpec(c, "smoke") for c in "ABCDE"]
+    assert lanes.cold_seconds("A", tmp_path) == 500 and lanes.cold_seconds("B", tmp_path) == 300
     order = [s.chapter for s in lanes.longest_first(specs, tmp_path)]
-    # never published: it may be the longest, so it goes first
-    assert order == ["09_progress_measures", "04_grokalign_speedup", "07_optimizers"]
+    assert order == ["C", "A", "E", "B", "D"]
+
+
+def test_every_chapter_has_a_measured_cold_time():
+    assert all(config.get_chapter(c).get("cpu_cold_s") for c in config.chapters())
 
 
 def test_a_chapter_that_reuses_anothers_runs_starts_only_once_that_one_has_finished():

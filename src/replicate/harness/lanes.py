@@ -16,16 +16,30 @@ from . import execute as ex
 from .ray_tasks import MARKER, failure_text, ray_session, run_tasks, start_local_ray
 
 
+def cold_seconds(chapter: str, results_dir: Path) -> float:
+    """How long the chapter takes with nothing in the run cache: the larger of its last published
+    duration and the cold time measured into its chapter.yaml (`cpu_cold_s`), since a chapter
+    published from the cache records seconds where it would take minutes. A chapter with neither
+    counts as endless: it may be the longest."""
+    recorded = get_chapter(chapter).get("cpu_cold_s")
+    try:
+        published = float(json.loads((Path(results_dir) / f"{chapter}.json").read_text())["duration_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        published = None
+    known = [float(t) for t in (recorded, published) if t is not None]
+    return max(known) if known else float("inf")
+
+
 def longest_first(specs: list[RunSpec], results_dir: Path) -> list[RunSpec]:
-    """The specs by the time their chapter took when last published, longest first (a chapter
-    never run comes first: it may be the longest), so that no long chapter starts last."""
-    def last_duration(spec: RunSpec) -> float:
-        path = Path(results_dir) / f"{spec.chapter}.json"
-        try:
-            return float(json.loads(path.read_text())["duration_s"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return float("inf")
-    return sorted(specs, key=last_duration, reverse=True)  # stable: ties keep their order
+    """The specs longest first, so that no long chapter starts last: by `cold_seconds`, a chapter
+    that others run after (`runs_after`) counting theirs too, since they can only start once it
+    has finished (chapter 01 goes early: chapter 02 follows it)."""
+    own = {s.chapter: cold_seconds(s.chapter, results_dir) for s in specs}
+
+    def chain(spec: RunSpec) -> float:
+        return own[spec.chapter] + sum(own[s.chapter] for s in specs
+                                       if get_chapter(s.chapter).get("runs_after") == spec.chapter)
+    return sorted(specs, key=chain, reverse=True)  # stable: ties keep their order
 
 
 def next_ready(queue: list[RunSpec], running: list[RunSpec]) -> int | None:
