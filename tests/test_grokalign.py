@@ -311,3 +311,35 @@ def test_the_mean_squared_error_is_a_tenth_of_the_summed_one():
     assert mean.item() == pytest.approx(summed.item() / 10)
     assert mean.item() == pytest.approx(nn.functional.mse_loss(
         out, nn.functional.one_hot(y, 10).float()).item())
+
+
+def test_the_diagnostics_run_at_every_evaluation_first_then_log_spaced():
+    steps = range(0, 40 * 400 + 1, 40)  # 400 evaluations of a run of 16,000 updates
+    done = []
+    for i, t in enumerate(steps):
+        if ga.wants_diagnostics(i, t, done, 1.05):
+            done.append(t)
+    assert done[:40] == list(range(0, 1600, 40))  # the first 40 evaluations, all of them
+    later = np.array(done[40:], dtype=float)
+    assert np.all(later[1:] / later[:-1] >= 1.05) and np.all(later[1:] - later[:-1] <= 0.05 * later[:-1] + 40)
+    # at most ln(16000 / 1560) / ln(1.05) = 48 after the dense ones (fewer: steps are multiples of 40)
+    assert 40 + 30 < len(done) <= 40 + 48
+    assert all(ga.wants_diagnostics(i, t, [], None) for i, t in enumerate(steps))  # no growth: all
+
+
+def test_log_spaced_diagnostics_leave_the_accuracies_and_the_crossing_as_they_were():
+    config = {"n_train": 64, "width": 16, "depth": 3, "bias": True, "init_scale": 1.0, "lr": 1e-2,
+              "weight_decay": 1e-2, "batch_size": 32, "loss": "ce", "lam": 0.0, "reg_points": 8,
+              "projections": 1, "max_steps": 1000, "eval_every": 10, "threshold": 0.99,
+              "jacobian_points": 4, "seed": 0}
+    data = ga.mnist_data(64, 0)
+    every = ga.train_mnist(config, data)
+    sparse = ga.train_mnist({**config, "diagnostics_growth": 1.2}, data)
+    for key in ("step", "train_acc", "test_acc"):
+        np.testing.assert_array_equal(sparse[key], every[key])
+    assert sparse["reached"] == every["reached"] and sparse["steps"] == every["steps"]
+    np.testing.assert_array_equal(every["diagnostic_step"], every["step"])
+    kept = np.searchsorted(every["step"], sparse["diagnostic_step"])
+    assert len(kept) < len(every["step"]) and sparse["diagnostic_step"][-1] == every["step"][-1]
+    for key in ("jacobian_norm", "alignment"):
+        np.testing.assert_allclose(sparse[key], every[key][kept], rtol=1e-6)

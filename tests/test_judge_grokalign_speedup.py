@@ -29,7 +29,9 @@ def mnist_run(crossed=None, steps=None, jacobian=(100.0, 10.0), alignment=(0.0, 
     updates, or (crossed None) at its cap `steps` without crossing."""
     end = crossed if crossed is not None else steps
     step = np.linspace(0, end, 5).astype(int)
+    # the diagnostics at every evaluation here (log-spaced ones are tested in test_grokalign)
     return {"reached": crossed is not None, "steps_to_threshold": end, "steps": end, "step": step,
+            "diagnostic_step": step,
             "test_acc": np.linspace(0.1, 0.86 if crossed else 0.5, 5),
             "train_acc": np.ones(5), "jacobian_norm": np.linspace(*jacobian, 5),
             "alignment": np.linspace(*alignment, 5), "centroid": np.zeros((5, 784))}

@@ -469,7 +469,8 @@ def chapter_point_checks(p: dict, paper: dict, runs: dict, overhead: dict) -> li
         report(f"{LOSS_NAME[shown]}, first seed: exact mean ||J||_F at GrokAlign's threshold step: "
                "GrokAlign, weight decay only",
                [float(r1["jacobian_norm"][-1]),
-                float(np.interp(r1["step"][-1], r0["step"], r0["jacobian_norm"]))], "not given",
+                float(np.interp(r1["diagnostic_step"][-1], r0["diagnostic_step"],
+                                r0["jacobian_norm"]))], "not given",
                id="first-seed-jacobian-norm"),
         report(f"{LOSS_NAME[shown]}, first seed: mean cos(c(x), x) at the end: weight decay only, "
                "GrokAlign", [float(r0["alignment"][-1]), float(r1["alignment"][-1])],
@@ -742,7 +743,8 @@ def figure_jacobian_norm(run, runs: dict) -> None:
         for lam in grid:
             if (loss, first[loss], lam) in runs:
                 r = runs[loss, first[loss], lam]
-                ax.plot(r["step"], r["jacobian_norm"], color=colors[lam], label=label(lam))
+                ax.plot(r["diagnostic_step"], r["jacobian_norm"], color=colors[lam],
+                        label=label(lam))
         ax.set(yscale="log", xlabel="update", title=LOSS_NAME[loss])
         plotting.steps_axis(ax)
     axes[0, 0].set_ylabel(r"mean exact $\|J(x)\|_F$")
@@ -751,9 +753,9 @@ def figure_jacobian_norm(run, runs: dict) -> None:
     at_end = []
     for loss in losses:
         r0, r1 = runs[loss, first[loss], 0.0], runs[loss, first[loss], strongest]
-        base = np.interp(r1["step"][-1], r0["step"], r0["jacobian_norm"])
+        base = np.interp(r1["diagnostic_step"][-1], r0["diagnostic_step"], r0["jacobian_norm"])
         at_end.append(f"{r1['jacobian_norm'][-1]:.3g} against {base:.3g} ({LOSS_NAME[loss]}, "
-                      f"update {r1['step'][-1]:,})")
+                      f"update {r1['diagnostic_step'][-1]:,})")
     plotting.show(
         fig, "fig-04-jacobian-norm",
         caption=f"Compare the curves at equal updates: where GrokAlign's run at "
@@ -780,11 +782,12 @@ def figure_centroids(run, runs: dict) -> None:
     fig, axes = plt.subplots(2, 3, figsize=(8, 5.8))
     for row, lam in enumerate([0.0, strongest]):
         r = runs[loss, seeds[0], lam]
-        for col, i in enumerate([0, len(r["step"]) // 2, len(r["step"]) - 1]):
+        steps = r["diagnostic_step"]
+        for col, i in enumerate([0, len(steps) // 2, len(steps) - 1]):
             image = r["centroid"][i].reshape(28, 28)
             bound = np.abs(image).max()
             axes[row, col].imshow(image, cmap="RdBu_r", vmin=-bound, vmax=bound)
-            axes[row, col].set_title(f"{label(lam)}\nupdate {r['step'][i]}, "
+            axes[row, col].set_title(f"{label(lam)}\nupdate {steps[i]}, "
                                      f"mean cos {r['alignment'][i]:+.2f}", fontsize="small")
     for ax in axes.flat:
         ax.set(xticks=[], yticks=[])
@@ -796,7 +799,8 @@ def figure_centroids(run, runs: dict) -> None:
                 f"alignment is {ends[0]:+.2f} with weight decay alone and {ends[1]:+.2f} with "
                 "GrokAlign. Rows: weight decay only, then GrokAlign at "
                 f"$\\lambda = {strongest:g}$; "
-                "columns: initialisation, the middle checkpoint and the end of the run (the update "
+                "columns: initialisation, the middle one of the log-spaced checkpoints of the "
+                "diagnostics and the end of the run (the update "
                 "and the mean alignment over "
                 f"{p['jacobian_points']} training points are in each title). Red is positive, blue "
                 "negative, each image on its own colour scale. "
