@@ -505,6 +505,40 @@ def optimizer_grid() -> list[dict]:
 
 
 @benchmark
+def make_book() -> list[dict]:
+    """`make book` as a fresh machine runs it, in one go (a quarter of an hour on two cores):
+    every chapter at `cpu` from an empty run cache in two lanes of one thread each, published
+    into a scratch folder (not the book), then the HTML build. Also compares each verdict with
+    the book's published one (`drift.compare`, the chapters' tolerances), as `validate` does."""
+    import contextlib
+    from ..config import chapters
+    from .validate import compare_chapter
+    cores, load = os.cpu_count(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="replicate-bench-book-") as scratch:
+        root = Path(scratch)
+        env = dict(os.environ, **ONE_THREAD, REPLICATE_CACHE_DIR=str(root / "cache"),
+                   REPLICATE_RUNS_DIR=str(root / "runs"))
+        _, chapters_s = _python(["-m", "replicate", "run", "--preset", "cpu", "--lanes", "2",
+                                 "--allow-dirty", "--claims-dir", str(root),
+                                 "--results-dir", str(root)], env)
+        records = {c: json.loads((root / f"{c}.json").read_text()) for c in chapters()}
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the rows
+            same = sum(compare_chapter(c, BOOK_DIR / "results", root) for c in records)
+    _, build_s = _python(["-m", "replicate", "build"])
+    total, summed = (chapters_s + build_s) / 60, sum(r["duration_s"] for r in records.values())
+    slowest = max(records.values(), key=lambda r: r["duration_s"])
+    note = (f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after, {cores} cores; "
+            f"{same} of {len(records)} verdicts as published, within their tolerances")
+    return [row(f"make book, cold, 2 lanes: every chapter at cpu from an empty run cache, then "
+                f"the build ({note})", total, "min", target="<= 20 min", met=total <= 20,
+                load=load),
+            row("  the chapters' own times, summed", summed, "s", target="<= 2,400 s",
+                met=summed <= 2400),
+            row(f"  the slowest chapter ({slowest['chapter']})", slowest["duration_s"], "s"),
+            row("  the HTML build", build_s, "s")]
+
+
+@benchmark
 def refusal() -> list[dict]:
     """`run` refusing bad input (it loads neither torch nor a kernel), beside a bare Python start."""
     bad = [sys.executable, "-m", "replicate", "run", "07_optimizers", "--preset", "nope"]
