@@ -106,59 +106,11 @@ def two_pass_lanczos_ritz_values(a: torch.Tensor, iterations: int, seed: int = 0
     return np.linalg.eigvalsh(ls.tridiagonal(np.array(alpha), np.array(beta)))
 
 
-@pytest.mark.parametrize("reorthogonalisation", ["full", "partial"])
-def test_one_reorthogonalisation_pass_or_partial_ones_give_the_ritz_values_of_two(
-        reorthogonalisation):
+def test_one_reorthogonalisation_pass_gives_the_ritz_values_of_two():
     eig = torch.cat([torch.tensor([40.0, -8.0]), torch.linspace(-1.0, 3.0, 298)])
     a = quadratic_with_spectrum(eig, seed=2)
-    for iterations in (60, 150):
-        res = ls.lanczos_extremes(lambda v: a @ v, 300, iterations=iterations,
-                                  dtype=torch.float64, reorthogonalisation=reorthogonalisation)
-        assert np.allclose(res.ritz_values, two_pass_lanczos_ritz_values(a, iterations), rtol=0,
-                           atol=1e-10)
-        if reorthogonalisation == "partial":  # passes only where orthogonality drifted
-            assert 0 < res.full_passes < iterations / 2
-
-
-def test_without_its_passes_lanczos_grows_ghost_copies_that_the_monitor_prevents(monkeypatch):
-    # 150 steps on a spectrum with two outliers: the plain recurrence loses orthogonality once
-    # 40 and -8 converge, and copies of them appear among the Ritz values (Paige).
-    eig = torch.cat([torch.tensor([40.0, -8.0]), torch.linspace(-1.0, 3.0, 298)])
-    a = quadratic_with_spectrum(eig, seed=2)
-    reference = two_pass_lanczos_ritz_values(a, 150)
-    monkeypatch.setattr(ls.OrthogonalityMonitor, "needs_pass", lambda *args: False)
-    plain = ls.lanczos_extremes(lambda v: a @ v, 300, iterations=150, dtype=torch.float64)
-    assert np.sum(np.abs(plain.ritz_values - 40.0) < 1e-6) > 1  # a ghost of 40
-    assert not np.allclose(plain.ritz_values, reference, rtol=0, atol=1e-6)
-    assert plain.full_passes == 0
-
-
-def test_the_orthogonality_estimates_follow_the_true_inner_products():
-    # Plain Lanczos (no passes), recording the basis: the estimate of max_k |q_{j+1} . q_k|
-    # stays within two orders of the measured one and above it once it leaves rounding level.
-    eig = torch.cat([torch.tensor([40.0, -8.0]), torch.linspace(-1.0, 3.0, 298)])
-    a = quadratic_with_spectrum(eig, seed=2)
-    monitor = ls.OrthogonalityMonitor(80, float(torch.finfo(torch.float64).eps))
-    q = torch.randn(300, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    basis, alpha, beta = [q / q.norm()], np.zeros(80), np.zeros(80)
-    estimated, measured = [], []
-    for j in range(79):
-        w = a @ basis[-1]
-        alpha[j] = float(w @ basis[-1])
-        w = ls.orthogonalise_step(w, torch.stack(basis), alpha[j], beta[j - 1] if j else 0.0,
-                                  full=False)
-        b = float(w.norm())
-        monitor.needs_pass(j, alpha, beta, b)
-        beta[j] = b
-        basis.append(w / b)
-        if j:
-            estimated.append(np.max(np.abs(monitor.omega[:j])))
-            measured.append(float(torch.max(torch.abs(torch.stack(basis[:j]) @ basis[-1]))))
-    estimated, measured = np.array(estimated), np.array(measured)
-    grown = measured > 1e-10
-    assert grown.any() and measured.max() > 1e-3  # orthogonality is lost without passes
-    assert np.all(estimated[grown] >= measured[grown] / 100)
-    assert np.all(estimated[grown] <= measured[grown] * 1e4)
+    res = ls.lanczos_extremes(lambda v: a @ v, 300, iterations=60, dtype=torch.float64)
+    assert np.allclose(res.ritz_values, two_pass_lanczos_ritz_values(a, 60), rtol=0, atol=1e-10)
 
 
 def test_lanczos_with_a_tolerance_stops_early_on_an_easy_spectrum_and_matches_eigvalsh():

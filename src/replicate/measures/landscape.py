@@ -82,7 +82,6 @@ class LanczosResult:
     # Ritz value has converged to an eigenvalue (though not that no eigenvalue lies beyond it).
     residual_max: float = math.nan
     residual_min: float = math.nan
-    full_passes: int = 0  # steps that reorthogonalised against the whole basis
 
     @property
     def norm_estimate(self) -> float:
@@ -96,76 +95,26 @@ class LanczosResult:
         return max(self.residual_max, self.residual_min) / max(self.norm_estimate, 1e-30)
 
 
-def gram_schmidt(w: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
-    """w made orthogonal to the rows of `basis` (orthonormal), in place: one full Gram-Schmidt
-    pass, and a second only when the first cancelled much of w (the test of Daniel, Gragg,
-    Kaufman and Stewart 1976, with 1/sqrt 2). Each pass reads the whole basis: the cost of
-    Lanczos beyond its products."""
+def orthogonalise_step(w: torch.Tensor, basis: torch.Tensor, alpha: float,
+                       beta_before: float) -> torch.Tensor:
+    """w = H q_j made orthogonal to the Krylov basis q_0..q_j (the rows of `basis`), in place.
+
+    The three-term recurrence first removes the two large components (alpha q_j and beta q_{j-1})
+    at O(dim) cost; what is left against the whole basis is then at rounding level, so a single
+    full Gram-Schmidt pass removes it, and a second pass runs only when that pass cancelled much
+    of w (the test of Daniel, Gragg, Kaufman and Stewart 1976, with 1/sqrt 2). The full passes
+    read the whole basis, the cost of Lanczos beyond the products: one pass where the plain
+    scheme always did two halves it.
+    """
+    w.sub_(basis[-1], alpha=alpha)
+    if basis.shape[0] > 1:
+        w.sub_(basis[-2], alpha=beta_before)
     for _ in range(2):
         before = float(w.norm())
         w.addmv_(basis.T, basis @ w, alpha=-1.0)
         if float(w.norm()) > before / math.sqrt(2):
             break
     return w
-
-
-def orthogonalise_step(w: torch.Tensor, basis: torch.Tensor, alpha: float,
-                       beta_before: float, full: bool = True) -> torch.Tensor:
-    """w = H q_j made orthogonal to the Krylov basis q_0..q_j (the rows of `basis`), in place.
-
-    The three-term recurrence removes the two large components (alpha q_j and beta q_{j-1}) at
-    O(dim) cost; what is left against the whole basis is at rounding level, and `full` removes it
-    with `gram_schmidt` (`OrthogonalityMonitor` decides where that is needed).
-    """
-    w.sub_(basis[-1], alpha=alpha)
-    if basis.shape[0] > 1:
-        w.sub_(basis[-2], alpha=beta_before)
-    return gram_schmidt(w, basis) if full else w
-
-
-class OrthogonalityMonitor:
-    """Partial reorthogonalisation (Simon 1984): an estimate of how far each new Lanczos vector
-    has drifted from orthogonal to every earlier one, and full Gram-Schmidt passes only when it
-    exceeds sqrt(eps), at that step and the next.
-
-    Without passes, rounding makes the Lanczos vectors lose orthogonality as Ritz values converge,
-    and copies of converged eigenvalues appear. Simon showed that keeping |q_i . q_j| below
-    sqrt(eps) ("semi-orthogonality") is enough for the tridiagonal matrix to hold the Ritz values
-    full reorthogonalisation would give, to rounding. The estimates omega[k] ~ q_{j+1} . q_k follow
-    from the recurrence itself at O(j) cost a step (no vector is read): with T's entries alpha and
-    beta, beta_j w_{j+1,k} = beta_k w_{j,k+1} + (alpha_k - alpha_j) w_{j,k} + beta_{k-1} w_{j,k-1}
-    - beta_{j-1} w_{j-1,k}, plus a rounding term of size eps ||H|| with the sign that makes it
-    grow. `eps` is the operator's own precision: a float32 Hessian-vector product errs by about
-    float32's eps of ||H||, so its Lanczos vectors drift at that rate, not float64's.
-    """
-
-    def __init__(self, size: int, eps: float):
-        self.eps, self.limit = eps, math.sqrt(eps)
-        self.omega, self.before = np.ones(1), np.zeros(0)  # w_{j,.} and w_{j-1,.}
-        self.norm, self.again = 0.0, False
-
-    def needs_pass(self, j: int, alpha: np.ndarray, beta: np.ndarray, b: float) -> bool:
-        """At step j (alpha[:j+1], beta[:j] known; b = the norm of the new, locally
-        orthogonalised vector): whether it needs a full pass, either because the estimates
-        exceed sqrt(eps) or because the previous step had one (Simon: two steps in a row)."""
-        self.norm = max(self.norm, abs(alpha[j]) + b + (beta[j - 1] if j else 0.0))
-        noise = 2 * self.eps * self.norm
-        new = np.empty(j + 2)
-        k = np.arange(j)
-        drift = beta[k] * self.omega[k + 1] + (alpha[k] - alpha[j]) * self.omega[k]
-        drift[1:] += beta[k[1:] - 1] * self.omega[k[1:] - 1]
-        if j:
-            drift -= beta[j - 1] * self.before[k]
-        new[:j] = (drift + np.where(drift >= 0, noise, -noise)) / max(b, 1e-300)
-        new[j], new[j + 1] = noise / max(b, 1e-300), 1.0
-        self.before, self.omega = self.omega, new
-        full = self.again or bool(j and np.max(np.abs(new[:j])) > self.limit)
-        self.again = full and not self.again
-        return full
-
-    def passed(self) -> None:
-        """The new vector was made orthogonal to the whole basis: its estimates are rounding."""
-        self.omega[:-1] = self.eps
 
 
 def tridiagonal(diagonal: np.ndarray, off_diagonal: np.ndarray) -> np.ndarray:
@@ -198,11 +147,8 @@ def extremes_converged(alpha: np.ndarray, beta: np.ndarray, tolerance: float,
 @costed("Hessian extremes (Lanczos)")
 def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, iterations: int = 80,
                      seed: int = 0, dtype: torch.dtype = torch.float32,
-                     tolerance: float | None = None, which: str = "both",
-                     reorthogonalisation: str = "partial") -> LanczosResult:
-    """Extreme eigenvalues of a symmetric operator by Lanczos with reorthogonalisation: partial
-    (`OrthogonalityMonitor`: a full pass only where orthogonality has drifted to sqrt(eps) of the
-    operator's precision) or, as the reference, "full" (a pass at every step).
+                     tolerance: float | None = None, which: str = "both") -> LanczosResult:
+    """Extreme eigenvalues of a symmetric operator by Lanczos with full reorthogonalisation.
 
     The extreme Ritz values bound the spectrum from inside (λ_min ≤ ritz_min, ritz_max ≤ λ_max)
     and converge first; with `iterations` ≥ `dim` they are exact up to rounding. Too few
@@ -221,28 +167,19 @@ def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, i
     """
     if which not in CONVERGED_PAIRS:
         raise ValueError(f"which must be one of {', '.join(CONVERGED_PAIRS)}, got {which!r}")
-    if reorthogonalisation not in ("partial", "full"):
-        raise ValueError(f"reorthogonalisation must be partial or full, got {reorthogonalisation!r}")
-    partial = reorthogonalisation == "partial"
     m = min(iterations, dim)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(dim, generator=gen, dtype=torch.float64)
     q /= q.norm()
     basis = torch.empty(m, dim, dtype=torch.float64)
     alpha, beta = np.zeros(m), np.zeros(m)
-    monitor = OrthogonalityMonitor(m, torch.finfo(dtype).eps) if partial else None
-    k, passes = m, 0
+    k = m
     for j in range(m):
         basis[j] = q
         w = matvec(q.to(dtype)).to(torch.float64)
         alpha[j] = float(w @ q)
-        w = orthogonalise_step(w, basis[:j + 1], alpha[j], beta[j - 1] if j else 0.0,
-                               full=not partial)
+        w = orthogonalise_step(w, basis[:j + 1], alpha[j], beta[j - 1] if j else 0.0)
         b = float(w.norm())
-        if partial and monitor.needs_pass(j, alpha, beta, b):
-            b = float(gram_schmidt(w, basis[:j + 1]).norm())
-            monitor.passed()
-            passes += 1
         if j == m - 1:
             break
         if b < 1e-10 * max(1.0, abs(alpha[j])):  # invariant subspace found: the Ritz values are exact
@@ -261,8 +198,7 @@ def lanczos_extremes(matvec: Callable[[torch.Tensor], torch.Tensor], dim: int, i
         y /= y.norm()
         hy = matvec(y.to(dtype)).to(torch.float64)
         residuals.append(float((hy - float(ritz[i]) * y).norm()))
-    return LanczosResult(float(ritz[-1]), float(ritz[0]), ritz, k, residuals[0], residuals[1],
-                         passes if partial else k)
+    return LanczosResult(float(ritz[-1]), float(ritz[0]), ritz, k, residuals[0], residuals[1])
 
 
 @costed("Hessian extremes (Lanczos)")
