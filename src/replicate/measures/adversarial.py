@@ -40,9 +40,6 @@ def pgd_linf(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps, alpha: flo
     """
     lo, hi = data_range
     x0 = x.detach()
-    if x0.numel() and (float(x0.min()) < lo or float(x0.max()) > hi):
-        raise ValueError(f"the points must lie in the data range [{lo}, {hi}], got values in "
-                         f"[{float(x0.min()):.3g}, {float(x0.max()):.3g}]")
     eps = torch.as_tensor(eps, dtype=x0.dtype, device=x0.device)
     if eps.dim() == 1:
         eps = eps.reshape(-1, *([1] * (x0.dim() - 1)))
@@ -52,17 +49,14 @@ def pgd_linf(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps, alpha: flo
         adv = (x0 + (2 * noise - 1) * eps).clamp(lo, hi)
     else:
         adv = x0.clone()
-    # The eps-ball and the data range as one box, fixed for the attack (x0 lies in both, so the
-    # box is never empty): one clamp a step instead of four passes over the batch, and the
-    # sign step added in one pass.
-    floor, ceiling = (x0 - eps).clamp(min=lo), (x0 + eps).clamp(max=hi)
     with _frozen(model):
         for _ in range(steps):
             adv.requires_grad_(True)
             loss = nn.functional.cross_entropy(model(adv), y, reduction="sum")
             (grad,) = torch.autograd.grad(loss, adv)
             with torch.no_grad():
-                adv = adv.add(grad.sign_(), alpha=alpha).clamp_(floor, ceiling)
+                adv = adv + alpha * grad.sign()
+                adv = torch.maximum(torch.minimum(adv, x0 + eps), x0 - eps).clamp(lo, hi)
     return adv.detach()
 
 
