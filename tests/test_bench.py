@@ -1,5 +1,6 @@
 """The benchmark bookkeeping (the timings themselves run with `python -m replicate bench`)."""
 import json
+from pathlib import Path
 
 from replicate.harness import bench, bench_peers as peers, scoreboard
 
@@ -173,3 +174,36 @@ def test_pyhessian_at_matched_accuracy_gets_the_loosest_tolerance_that_lands_clo
                                        accuracy=1e-3) == 1e-4
     assert bench.loosest_pyhessian_tol(None, None, None, None, reference=2.0,
                                        accuracy=1e-6) is None
+
+
+def test_the_make_book_benchmark_times_the_cold_chapters_and_the_build_and_compares_verdicts(
+        tmp_path, monkeypatch):
+    # `run` and `build` stood in for: run writes each chapter's verdict where it was told to,
+    # with the book's published verdict but for chapter 05, whose verdict word turned.
+    from replicate.config import chapters
+    from replicate.runtime import BOOK_DIR
+    calls = []
+
+    def fake_python(args, env=None):
+        calls.append((args, env))
+        if args[2] == "run":
+            folder = Path(args[args.index("--results-dir") + 1])
+            assert Path(env["REPLICATE_CACHE_DIR"]).parent == folder  # an empty cache of its own
+            for c in chapters():
+                record = json.loads((BOOK_DIR / "results" / f"{c}.json").read_text())
+                if c == "05_slingshot_hessian":
+                    record["reproduced"] = not record["reproduced"]
+                record["duration_s"] = 100.0 if c != "04_grokalign_speedup" else 400.0
+                (folder / f"{c}.json").write_text(json.dumps(record))
+            return "", 14 * 60.0
+        return "", 60.0
+    monkeypatch.setattr(bench, "_python", fake_python)
+    rows = bench.make_book()
+    assert [a[2] for a, _ in calls] == ["run", "build"]
+    assert "--lanes" in calls[0][0] and calls[0][0][calls[0][0].index("--lanes") + 1] == "2"
+    first = rows[0]
+    assert first["ours"] == 15.0 and first["met"] is True and first["unit"] == "min"
+    n = len(chapters())
+    assert f"{n - 1} of {n} verdicts as published" in first["figure"]
+    assert rows[1]["ours"] == 100.0 * (n - 1) + 400.0
+    assert rows[2]["figure"] == "  the slowest chapter (04_grokalign_speedup)"
