@@ -21,6 +21,9 @@ venv: $(VENV)/.installed $(TYPESET)
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[test]"
+	# torchattacks: the peer PGD and APGD are tested and timed against; its requests~=2.25.1 pin
+	# conflicts with Sphinx's, so it goes in without its dependencies (it needs only torch).
+	$(PY) -m pip install -q --no-deps torchattacks==3.5.1
 	touch $@
 
 $(TYPESET): typeset/package.json typeset/package-lock.json
