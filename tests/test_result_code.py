@@ -87,6 +87,36 @@ def test_a_change_to_code_the_chapter_runs_is_named_by_its_part(tmp_path):
         "cpu preset", "notebook code cell 1", "src/replicate/lazy.py"]
 
 
+def test_a_function_nothing_in_the_chapter_names_is_not_its_result_code(tmp_path):
+    # helper.py gains a function for another chapter, then that function changes: neither is
+    # this chapter's code. Then the chapter's own cell starts calling it: from then on it is.
+    repo, base = _repo(tmp_path)
+    helper = FILES["src/replicate/helper.py"]
+    added = _commit(repo, {"src/replicate/helper.py": helper + "\n\ndef triple(x):\n    return 3 * x\n"})
+    changed = _commit(repo, {"src/replicate/helper.py": helper + "\n\ndef triple(x):\n    return 4 * x\n"})
+    assert result_code_differences(CHAPTER, base, added, repo) == []
+    assert result_code_differences(CHAPTER, added, changed, repo) == []
+    cell = FILES[f"notebooks/{CHAPTER}.ipynb"].replace(
+        "from replicate.measure import measure", "from replicate.measure import measure\\n"
+        "from replicate.helper import triple").replace("print(measure(steps))",
+                                                       "print(measure(steps), triple(steps))")
+    uses = _commit(repo, {f"notebooks/{CHAPTER}.ipynb": cell})
+    fixed = _commit(repo, {"src/replicate/helper.py": helper + "\n\ndef triple(x):\n    return 3 * x\n"})
+    assert result_code_differences(CHAPTER, uses, fixed, repo) == ["src/replicate/helper.py"]
+
+
+def test_a_function_reached_through_another_or_a_registry_is_result_code(tmp_path):
+    # measure() calls double(), which the chapter never names; RULES names halve() in a dict.
+    repo, base = _repo(tmp_path)
+    helper = FILES["src/replicate/helper.py"]
+    through = _commit(repo, {"src/replicate/helper.py": helper.replace("2 * x", "2.0 * x")})
+    assert result_code_differences(CHAPTER, base, through, repo) == ["src/replicate/helper.py"]
+    registry = helper + "\n\ndef halve(x):\n    return x / 2\n\n\nRULES = {'half': halve}\n"
+    listed = _commit(repo, {"src/replicate/helper.py": registry})
+    changed = _commit(repo, {"src/replicate/helper.py": registry.replace("x / 2", "x * 0.5")})
+    assert result_code_differences(CHAPTER, listed, changed, repo) == ["src/replicate/helper.py"]
+
+
 def test_git_cannot_tell_for_a_dirty_or_unknown_commit(tmp_path):
     repo, base = _repo(tmp_path)
     assert result_code_differences(CHAPTER, base, base + "+dirty", repo) is None

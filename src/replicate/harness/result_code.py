@@ -6,7 +6,10 @@ the same. That code is the chapter's *result code*:
 
 - the code cells of `notebooks/<chapter>.ipynb`;
 - every module of the package those cells import, directly or through other modules (imports
-  inside functions included), with each package's `__init__.py` on the way;
+  inside functions included), with each package's `__init__.py` on the way, less the top-level
+  functions and classes that nothing in the result code names (`_named_definitions`): a
+  function added to a shared module for another chapter leaves this chapter's result code as it
+  was, while a change to one it calls, however indirectly, does not;
 - the chapter's `cpu` preset, `presets/<chapter>/cpu.yaml`.
 
 Python is compared as it computes (`runtime.comparable_code`, the run cache's definition too:
@@ -78,6 +81,48 @@ def _imported(tree: ast.AST, module: str | None, is_package: bool) -> set[str]:
     return found
 
 
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _names(node: ast.AST) -> set[str]:
+    """Every name a tree uses: variables, attributes (`module.function`), imported names."""
+    found = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            found.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            found.add(sub.attr)
+        elif isinstance(sub, ast.alias):
+            found.add(sub.name.split(".")[-1])
+    return found
+
+
+def _named_definitions(cells: list[ast.AST], modules: dict[str, ast.Module]) -> set[str]:
+    """The names of the modules' top-level functions and classes that the result code reaches:
+    those named in the notebook's cells or in the modules' other top-level statements (constants,
+    registries such as a dict of functions, imports), then those named inside the definitions
+    kept, until nothing new is named. By name only, so a name used anywhere keeps every
+    definition of that name (never fewer than are reached). Not followed: a definition reached
+    only through a name built at run time (getattr with a computed string); the package has none
+    in the code its chapters run."""
+    definitions = [stmt for tree in modules.values() for stmt in tree.body
+                   if isinstance(stmt, DEFINITIONS)]
+    frontier = list(cells) + [stmt for tree in modules.values() for stmt in tree.body
+                              if not isinstance(stmt, DEFINITIONS)]
+    named: set[str] = set()
+    while frontier:
+        new = set().union(*(_names(node) for node in frontier)) - named
+        named |= new
+        frontier = [d for d in definitions if d.name in new]
+    return named
+
+
+def _pruned(tree: ast.Module, named: set[str]) -> str:
+    """The module as it computes for the chapter: without the definitions nothing names."""
+    kept = [stmt for stmt in tree.body if not isinstance(stmt, DEFINITIONS) or stmt.name in named]
+    return comparable_code(ast.unparse(ast.Module(body=kept, type_ignores=[])))
+
+
 def result_code(repo: Path, commit: str, chapter: str) -> dict[str, str] | None:
     """The chapter's result code at a commit, as {part: comparable text}, or None when the commit
     lacks the notebook (or git cannot show it)."""
@@ -86,11 +131,13 @@ def result_code(repo: Path, commit: str, chapter: str) -> dict[str, str] | None:
         return None
     cells = ["".join(c["source"]) for c in json.loads(notebook)["cells"]
              if c["cell_type"] == "code"]
-    parts, pending = {}, set()
+    parts, pending, cell_trees, modules = {}, set(), [], {}
     for i, cell in enumerate(cells):
         tree = _parse(cell)
         parts[f"notebook code cell {i + 1}"] = comparable_code(cell)
-        pending |= set() if tree is None else _imported(tree, None, False)
+        if tree is not None:
+            cell_trees.append(tree)
+            pending |= _imported(tree, None, False)
     seen = set()
     while pending:
         module = pending.pop()
@@ -107,7 +154,10 @@ def result_code(repo: Path, commit: str, chapter: str) -> dict[str, str] | None:
             tree = _parse(text)
             parts[path] = comparable_code(text)
             if tree:
+                modules[path] = tree
                 pending |= _imported(tree, name, path.endswith("__init__.py")) - seen
+    named = _named_definitions(cell_trees, modules)
+    parts |= {path: _pruned(tree, named) for path, tree in modules.items()}
     preset = _show(repo, commit, f"{SOURCE}/{PACKAGE}/presets/{chapter}/cpu.yaml")
     parts["cpu preset"] = json.dumps(None if preset is None else yaml.safe_load(preset),
                                      sort_keys=True)
