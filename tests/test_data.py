@@ -249,3 +249,22 @@ def test_a_file_without_read_permission_is_refused_for_an_ordinary_user(data_dir
     with pytest.raises(DataFileError) as err:
         check_mnist_files(raw)
     _one_line_naming(err, bad, "cannot be read: Permission denied")
+
+
+def test_relabelling_at_random_is_exact_in_share_reproducible_and_never_the_true_label():
+    from replicate.data import relabel_at_random
+    y = torch.arange(1000) % 10
+    labels, which = relabel_at_random(y, 0.3, seed=7)
+    assert int(which.sum()) == 300 and torch.equal(labels[~which], y[~which])
+    assert bool((labels[which] != y[which]).all())  # every chosen point is now wrong
+    again, which_again = relabel_at_random(y, 0.3, seed=7)
+    assert torch.equal(again, labels) and torch.equal(which_again, which)
+    other, _ = relabel_at_random(y, 0.3, seed=8)
+    assert not torch.equal(other, labels)
+    # the new labels spread over the nine other classes (each ~33 of 300)
+    shifts = torch.bincount((labels[which] - y[which]) % 10, minlength=10)
+    assert shifts[0] == 0 and shifts[1:].min() > 15
+    assert torch.equal(relabel_at_random(y, 0.0, seed=1)[0], y)
+    assert int(relabel_at_random(y, 1.0, seed=1)[1].sum()) == 1000
+    with pytest.raises(ValueError, match="share"):
+        relabel_at_random(y, 1.5, seed=1)

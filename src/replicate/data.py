@@ -275,6 +275,26 @@ def subset(x: torch.Tensor, y: torch.Tensor, n: int, seed: int) -> tuple[torch.T
     return x[idx], y[idx]
 
 
+def relabel_at_random(y: "torch.Tensor", share: float, seed: int,
+                      classes: int = 10) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """(labels, which): a copy of `y` in which round(share * n) points, drawn at random, carry
+    a label drawn at random among the *other* classes, so that exactly that share is wrong; and
+    the boolean mask of those points. The same seed gives the same points and labels."""
+    import torch
+
+    if not 0 <= share <= 1:
+        raise ValueError(f"share must be in [0, 1], got {share}")
+    gen = torch.Generator().manual_seed(seed)
+    n = len(y)
+    chosen = torch.randperm(n, generator=gen)[:round(share * n)]
+    shift = torch.randint(1, classes, (len(chosen),), generator=gen)  # never 0: another class
+    labels = y.clone()
+    labels[chosen] = (y[chosen] + shift) % classes
+    which = torch.zeros(n, dtype=torch.bool)
+    which[chosen] = True
+    return labels, which
+
+
 def training_labels(directory: str | Path | None = None,
                     download: bool = True) -> tuple[np.ndarray, str]:
     """The labels of the training digits `load_mnist` would give (without reading the images),

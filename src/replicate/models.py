@@ -49,6 +49,63 @@ class MLP(nn.Module):
         return out
 
 
+class BatchNormMLP(nn.Module):
+    """The MLP with BatchNorm after each hidden Linear layer, before the activation (Humayun et
+    al.'s BatchNorm variant): 784-200-BN-ReLU-200-BN-ReLU-200-BN-ReLU-10 at depth 4.
+
+    In training mode a BatchNorm layer normalises by the batch's statistics, so a point's output
+    depends on the other points of its batch; in eval mode it is the affine map of its running
+    statistics, and the network is an MLP again: `folded` returns that MLP, on which the
+    geometry measures (local complexity, partitions) run as on any other. The linear layers are
+    `linears`, not `layers`, so that no code takes this for a plain MLP and skips the norms.
+    """
+
+    def __init__(self, in_dim: int, width: int, depth: int, out_dim: int, bias: bool = True,
+                 init_scale: float = 1.0):
+        super().__init__()
+        if depth < 2:
+            raise ValueError(f"BatchNorm goes after hidden layers: depth must be >= 2, got {depth}")
+        sizes = [in_dim] + [width] * (depth - 1) + [out_dim]
+        self.linears = nn.ModuleList(nn.Linear(a, b, bias=bias) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.norms = nn.ModuleList(nn.BatchNorm1d(width) for _ in range(depth - 1))
+        self.act = nn.ReLU()
+        if init_scale != 1.0:
+            with torch.no_grad():
+                for param in self.linears.parameters():
+                    param.mul_(init_scale)
+
+    def preactivations(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The input of each activation (after its BatchNorm), layer by layer, then the logits."""
+        out = []
+        for linear, norm in zip(self.linears[:-1], self.norms):
+            out.append(norm(linear(x)))
+            x = self.act(out[-1])
+        return out + [self.linears[-1](x)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.preactivations(x)[-1]
+
+    def folded(self) -> MLP:
+        """The eval-mode network as a plain MLP: each BatchNorm, y = gamma (z - mean) / sqrt(var +
+        eps) + beta with its running mean and variance, merged into the Linear layer before it
+        (weights scaled row by row, the bias shifted). Same dtype and device; a copy."""
+        first, last = self.linears[0], self.linears[-1]
+        mlp = MLP(first.in_features, first.out_features, len(self.linears), last.out_features,
+                  bias=True).to(first.weight.device, first.weight.dtype)
+        with torch.no_grad():
+            for linear, norm, target in zip(self.linears[:-1], self.norms, mlp.layers):
+                scale = norm.weight / torch.sqrt(norm.running_var + norm.eps)
+                bias = linear.bias if linear.bias is not None else torch.zeros_like(norm.bias)
+                target.weight.copy_(scale[:, None] * linear.weight)
+                target.bias.copy_(scale * (bias - norm.running_mean) + norm.bias)
+            mlp.layers[-1].weight.copy_(last.weight)
+            if last.bias is not None:
+                mlp.layers[-1].bias.copy_(last.bias)
+            else:
+                mlp.layers[-1].bias.zero_()
+        return mlp.eval()
+
+
 class ModularMLP(nn.Module):
     """The CPU model for algorithmic tasks: two operand embeddings, concatenated,
     one ReLU hidden layer, logits over the p residues."""
