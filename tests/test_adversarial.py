@@ -22,11 +22,17 @@ def linear_two_class(dim=30, seed=0):
     return layer, w, 0.1
 
 
-def test_pgd_finds_the_worst_case_of_a_linear_classifier():
+def linear_case(n: int):
+    """`linear_two_class` with n points away from 0 and 1 (so the eps-box stays inside the data
+    range) and random labels: (model, w, b, x, y)."""
     model, w, b = linear_two_class()
     gen = torch.Generator().manual_seed(1)
-    x = 0.3 + 0.4 * torch.rand(200, 30, generator=gen, dtype=torch.float64)  # away from 0 and 1
-    y = torch.randint(0, 2, (200,), generator=gen)
+    x = 0.3 + 0.4 * torch.rand(n, 30, generator=gen, dtype=torch.float64)
+    return model, w, b, x, torch.randint(0, 2, (n,), generator=gen)
+
+
+def test_pgd_finds_the_worst_case_of_a_linear_classifier():
+    model, w, b, x, y = linear_case(200)
     eps = 0.1
     adv = pgd_linf(model, x, y, eps, alpha=0.02, steps=20)
     # Class 1 loses by moving against w, class 0 by moving along it: a corner of the eps-box.

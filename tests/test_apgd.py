@@ -9,6 +9,7 @@ from torch import nn
 from replicate.measures.adversarial import robust_accuracy
 from replicate.measures.apgd import apgd_linf, apgd_robust_accuracy, checkpoints
 from replicate.models import MLP
+from test_adversarial import linear_case  # logits [0, w.x + b]: a closed-form worst case
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -20,21 +21,8 @@ def test_the_step_sizes_are_reconsidered_at_the_papers_checkpoints():
     assert checkpoints(1000)[:3] == [220, 410, 570]
 
 
-def linear_two_class(dim=30, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    w = torch.randn(dim, generator=gen, dtype=torch.float64)
-    layer = nn.Linear(dim, 2).double()
-    with torch.no_grad():
-        layer.weight.copy_(torch.stack([torch.zeros(dim, dtype=torch.float64), w]))
-        layer.bias.copy_(torch.tensor([0.0, 0.1], dtype=torch.float64))
-    return layer, w, 0.1
-
-
 def test_apgd_breaks_exactly_the_points_a_linear_classifier_cannot_defend():
-    model, w, b = linear_two_class()
-    gen = torch.Generator().manual_seed(1)
-    x = 0.3 + 0.4 * torch.rand(300, 30, generator=gen, dtype=torch.float64)  # away from 0 and 1
-    y = torch.randint(0, 2, (300,), generator=gen)
+    model, w, b, x, y = linear_case(300)
     eps = 0.1
     margin = torch.where(y == 1, 1.0, -1.0) * (x @ w + b)
     breakable = margin - eps * w.abs().sum() < 0  # the corner of the eps-box crosses the boundary
