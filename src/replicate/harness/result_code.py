@@ -152,10 +152,11 @@ def result_code(repo: Path, commit: str, chapter: str) -> dict[str, str] | None:
                 continue
             text = _show(repo, commit, path)
             tree = _parse(text)
-            parts[path] = comparable_code(text)
-            if tree:
-                modules[path] = tree
-                pending |= _imported(tree, name, path.endswith("__init__.py")) - seen
+            if tree is None:  # not Python: compared as its text
+                parts[path] = comparable_code(text)
+                continue
+            modules[path] = tree
+            pending |= _imported(tree, name, path.endswith("__init__.py")) - seen
     named = _named_definitions(cell_trees, modules)
     parts |= {path: _pruned(tree, named) for path, tree in modules.items()}
     preset = _show(repo, commit, f"{SOURCE}/{PACKAGE}/presets/{chapter}/cpu.yaml")
