@@ -88,3 +88,69 @@ def test_settling_and_onset_indices():
     assert first_index_above(acc, 0.9) == 3
     assert first_index_above(acc, 0.9, start=4) == 4
     assert first_index_above(acc, 0.99) is None
+
+
+def mixed_case(seed=6):
+    """An MLP and 120 points in [0, 1]^20 of which it gets some wrong, with two eps per point."""
+    torch.manual_seed(seed)
+    model = MLP(20, 32, 3, 3).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.rand(120, 20, generator=gen)
+    y = model(x).argmax(1)
+    y[::4] = (y[::4] + 1) % 3
+    return model, x, y
+
+
+def clip_then_clip(model, x0, y, eps, alpha, steps, start):
+    """PGD as its definition reads: a sign step, the clip to the eps-ball, then to [0, 1]."""
+    adv = start.clone()
+    for _ in range(steps):
+        adv.requires_grad_(True)
+        loss = nn.functional.cross_entropy(model(adv), y, reduction="sum")
+        (grad,) = torch.autograd.grad(loss, adv)
+        with torch.no_grad():
+            adv = adv + alpha * grad.sign()
+            adv = torch.maximum(torch.minimum(adv, x0 + eps), x0 - eps).clamp(0.0, 1.0)
+    return adv.detach()
+
+
+@pytest.mark.parametrize("random_start", [False, True])
+def test_a_pgd_step_is_the_clip_to_the_ball_then_to_the_data_range(random_start):
+    model, x, y = mixed_case()
+    eps = torch.tensor([0.05, 0.3]).repeat_interleave(60)[:, None]
+    start = x.clone()
+    if random_start:  # pgd_linf's start, drawn the same way
+        noise = torch.rand(x.shape, generator=torch.Generator().manual_seed(0))
+        start = (x + (2 * noise - 1) * eps).clamp(0.0, 1.0)
+    expected = clip_then_clip(model, x, y, eps, 0.04, 8, start)
+    got = pgd_linf(model, x, y, eps[:, 0], alpha=0.04, steps=8, random_start=random_start)
+    assert torch.equal(got, expected)  # one clamp to the box selects the same floats
+    outside = (x - eps < 0) & (got == 0.0)  # where the ball reaches past 0, the range's clip acts
+    assert outside.any()
+
+
+def test_attacking_some_rows_gives_them_the_attack_they_get_in_the_whole_batch():
+    model, x, y = mixed_case()
+    eps = torch.tensor([0.05, 0.3]).repeat_interleave(60)
+    rows = torch.arange(120) % 3 != 0
+    whole = pgd_linf(model, x, y, eps, alpha=0.04, steps=8)
+    some = pgd_linf(model, x, y, eps, alpha=0.04, steps=8, rows=rows)
+    assert torch.allclose(some[rows], whole[rows], rtol=0, atol=1e-6)
+    assert torch.equal(some[~rows], x[~rows])
+    assert not torch.equal(whole[~rows], x[~rows])  # those rows would have moved
+
+
+def test_robust_accuracy_is_what_attacking_every_point_gives():
+    model, x, y = mixed_case()
+    epsilons = [0.02, 0.1, 0.3]
+    n = len(y)
+    adv = pgd_linf(model, x.repeat(3, 1), y.repeat(3), torch.tensor(epsilons).repeat_interleave(n),
+                   alpha=0.03, steps=10)
+    with torch.no_grad():
+        clean_ok = model(x).argmax(1) == y
+        adv_ok = (model(adv).argmax(1) == y.repeat(3)).reshape(3, n)
+    expected = (adv_ok & clean_ok).float().mean(1).tolist()
+    assert clean_ok.float().mean() < 0.9  # some points are skipped
+    got = robust_accuracy(model, x, y, epsilons, alpha=0.03, steps=10)
+    assert list(got.values()) == pytest.approx(expected, abs=1e-9)
+    assert expected[0] > expected[2]
