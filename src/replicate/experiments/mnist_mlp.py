@@ -1,8 +1,10 @@
-"""The MNIST MLP run of "Deep Networks Always Grok" (Fig. 2), shared by chapters 01 and 02.
+"""The MNIST MLP run of "Deep Networks Always Grok" (Fig. 2), shared by chapters 01, 02 and 10.
 
 One training run with checkpoints at log-spaced steps; the chapters compute their measures
 (local complexity, PGD, partitions) from the checkpoints afterwards. The run is cached by its
-configuration, so chapter 02 reuses the run chapter 01 trained when their settings agree.
+configuration, so chapter 02 reuses the run chapter 01 trained when their settings agree, and
+chapter 10 reuses it wherever its knobs (BatchNorm, training-set size, randomly labelled
+digits, width) sit at chapter 01's values.
 """
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..data import load_mnist, subset
-from ..models import MLP
+from ..data import load_mnist, relabel_at_random, subset
+from ..models import MLP, BatchNormMLP
 from ..runtime import default_dtype, device
 from ..training import cached_run, log_spaced_steps, train_loop
 
 DEFAULTS = dict(n_train=1000, width=200, depth=4, steps=40_000, lr=1e-3, weight_decay=0.01,
-                batch_size=200, init_scale=1.0, loss="mse", bias=True, eval_points=32, seed=0)
+                batch_size=200, init_scale=1.0, loss="mse", bias=True, eval_points=32, seed=0,
+                batchnorm=False, random_labels=0.0)
 
 
 @dataclass
@@ -30,23 +33,30 @@ class MnistMLPRun:
     test_acc: np.ndarray
     checkpoints: list[dict[str, torch.Tensor]]  # CPU state dicts, one per eval step
 
-    def model_at(self, index: int) -> MLP:
-        """The network as it was at `eval_steps[index]`, on CPU, in eval mode."""
+    def model_at(self, index: int) -> MLP | BatchNormMLP:
+        """The network as it was at `eval_steps[index]`, on CPU, in eval mode (a BatchNorm
+        network normalises with its running statistics then; `folded()` makes it an MLP)."""
         model = build_model(self.config)
         model.load_state_dict(self.checkpoints[index])
         return model.eval()
 
 
-def build_model(config: dict) -> MLP:
-    return MLP(784, config["width"], config["depth"], 10, bias=config["bias"],
-               init_scale=config["init_scale"])
+def build_model(config: dict) -> MLP | BatchNormMLP:
+    """The MLP of `config`, with BatchNorm after each hidden layer where `batchnorm` is set."""
+    model_class = BatchNormMLP if config.get("batchnorm") else MLP
+    return model_class(784, config["width"], config["depth"], 10, bias=config["bias"],
+                       init_scale=config["init_scale"])
 
 
 def training_data(config: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(train_x, train_y, test_x, test_y): `n_train` digits drawn without replacement from the
-    training pool with the run's seed, and the whole held-out set."""
+    training pool with the run's seed, and the whole held-out set. Where `random_labels` is above
+    0, that share of the training digits carries a wrong label drawn at random (seeded by the
+    run's seed + 2; + 1 orders the batches); the held-out labels are always the true ones."""
     mnist = load_mnist()
     train_x, train_y = subset(mnist.train_x, mnist.train_y, config["n_train"], config["seed"])
+    if config.get("random_labels", 0.0) > 0:
+        train_y, _ = relabel_at_random(train_y, config["random_labels"], config["seed"] + 2)
     return train_x, train_y, mnist.test_x, mnist.test_y
 
 
