@@ -1,0 +1,109 @@
+"""Chapter 10's runs: chapter 01's MNIST run with one knob turned at a time (BatchNorm, the
+number of training digits, a share of them relabelled at random, the width), each measured at
+every checkpoint as chapter 01 measures it.
+
+A *knob group* is a list of runs that differ in one setting, all trained for the group's own
+step budget (`knob_steps`), so that within a group the checkpoints are the same steps. Each run
+is measured by:
+
+- the local complexity (LC) of the hidden layers around `lc_points` training digits at
+  `check_radius` (the BatchNorm network's through its eval-mode fold, `BatchNormMLP.folded`);
+- the accuracy under PGD at `check_epsilon` on `pgd_points` held-out digits, and, on the group
+  runs named in `apgd_runs`, under APGD (`measures.apgd`) on the same digits.
+
+The same digits, LC frame and attack seeds as chapter 01, so that the run at chapter 01's
+settings measures what chapter 01 measures at that radius and eps. Training and measurements are
+cached (`training.cached_run`): a run at chapter 01's settings is chapter 01's run.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..data import load_mnist, subset
+from ..measures.adversarial import robust_accuracy
+from ..measures.apgd import apgd_robust_accuracy
+from ..measures.local_complexity import local_complexity
+from ..models import BatchNormMLP
+from ..training import cached_run
+from .mnist_mlp import MnistMLPRun, run_mnist_mlp, training_data
+
+# Chapter 01's training settings, which every run starts from.
+TRAINING = ("n_train", "width", "depth", "steps", "lr", "weight_decay", "batch_size", "init_scale",
+            "eval_points", "seed")
+
+KNOBS = ("batchnorm", "train_size", "random_labels", "width")
+
+
+def variants(p: dict) -> dict[str, dict[str, dict]]:
+    """{knob: {run label: the run's settings}}: chapter 01's training settings from `p`, the
+    knob's step budget, and the knob turned to each of its values."""
+    base = {name: p[name] for name in TRAINING}
+    groups = {
+        "batchnorm": {"plain": {}, "BatchNorm": {"batchnorm": True}},
+        "train_size": {f"{n} digits": {"n_train": n} for n in p["train_sizes"]},
+        "random_labels": {f"{share:.0%} relabelled": {"random_labels": share}
+                          for share in p["label_shares"]},
+        "width": {f"width {w}": {"width": w} for w in p["widths"]},
+    }
+    return {knob: {label: {**base, "steps": p["knob_steps"][knob], **change}
+                   for label, change in runs.items()}
+            for knob, runs in groups.items()}
+
+
+@dataclass
+class Trajectory:
+    """One run's curves at its checkpoints."""
+    settings: dict
+    steps: np.ndarray
+    train_acc: np.ndarray
+    test_acc: np.ndarray
+    lc_train: np.ndarray  # mean hidden-layer LC around the training digits
+    pgd: np.ndarray  # accuracy under PGD at check_epsilon
+    apgd: np.ndarray | None  # under APGD, where measured
+    seconds: float  # the measurements' time when computed
+
+
+def _measure(p: dict, run: MnistMLPRun, with_apgd: bool) -> dict:
+    train_x, _, test_x, test_y = training_data(run.config)
+    lc_points = train_x[:p["lc_points"]]
+    attack_x, attack_y = subset(test_x, test_y, min(p["pgd_points"], len(test_y)), p["seed"] + 1)
+    eps, started = p["check_epsilon"], time.perf_counter()
+    lc, pgd, apgd = [], [], []
+    for index in range(len(run.eval_steps)):
+        model = run.model_at(index)
+        geometry = model.folded() if isinstance(model, BatchNormMLP) else model
+        per_layer = local_complexity(geometry, lc_points, p["check_radius"], p["lc_directions"],
+                                     seed=p["seed"]).per_layer
+        lc.append(float(per_layer[:, :-1].sum(1).float().mean()))  # hidden layers, as chapter 01
+        pgd.append(robust_accuracy(model, attack_x, attack_y, [eps], p["pgd_alpha"],
+                                   p["pgd_steps"], seed=p["seed"])[eps])
+        if with_apgd:
+            apgd.append(apgd_robust_accuracy(model, attack_x, attack_y, eps, p["apgd_steps"],
+                                             seed=p["seed"]))
+    return {"lc": np.array(lc), "pgd": np.array(pgd),
+            "apgd": np.array(apgd) if with_apgd else np.zeros(0),
+            "seconds": time.perf_counter() - started}
+
+
+def trajectory(p: dict, settings: dict, with_apgd: bool = False) -> Trajectory:
+    """Train (or read from the run cache) the run of `settings` and measure it at every
+    checkpoint (the measurements cached too, by the run's and the measures' settings)."""
+    run = run_mnist_mlp(**settings)
+    key = {"training": run.config, "data": load_mnist(verbose=False).source.split(" in ")[0],
+           "apgd": with_apgd,
+           **{k: p[k] for k in ("check_epsilon", "check_radius", "pgd_alpha", "pgd_steps",
+                                "pgd_points", "apgd_steps", "lc_directions", "lc_points")}}
+    measured = cached_run("10_what_changes_grokking", key, lambda: _measure(p, run, with_apgd))
+    return Trajectory(settings, np.array(run.eval_steps), run.train_acc, run.test_acc,
+                      measured["lc"], measured["pgd"],
+                      measured["apgd"] if with_apgd else None, measured["seconds"])
+
+
+def all_trajectories(p: dict) -> dict[str, dict[str, Trajectory]]:
+    """Every run of every knob group, measured ({knob: {label: Trajectory}})."""
+    return {knob: {label: trajectory(p, settings, with_apgd=f"{knob}: {label}" in p["apgd_runs"])
+                   for label, settings in runs.items()}
+            for knob, runs in variants(p).items()}

@@ -1,0 +1,151 @@
+"""Chapter 10's verdict on planted runs: hand-made curves at ten checkpoints, no training.
+
+The planted plain run is chapter 01's story: training accuracy reaches 1 at step 10, the
+held-out accuracy settles at 0.9 from step 5, the adversarial accuracy falls to 0.05 after
+settling and climbs to 0.35 from step 5,000 on (the onset), and the training-point LC falls from
+10 to 5 (step 2), peaks at 20 (step 100) and ends at 4. Each knob's runs are that run with its
+onset, its LC peak or its height moved the way the paper says the knob moves them."""
+import numpy as np
+import pytest
+
+from replicate.config import PaperNumber
+from replicate.experiments.chapters import what_changes_grokking as chapter
+from replicate.verdict import unique_ids
+
+STEPS = np.array([0, 1, 2, 5, 10, 100, 1000, 5000, 20000, 40000])
+IDS = ["bn-no-delayed-robustness", "bn-higher-lc", "bn-no-first-descent", "size-onset-earlier",
+       "size-descent-earlier", "labels-ascent-delayed", "labels-memorised", "width-peak-rises",
+       "width-peak-falls", "apgd-rises", "apgd-below-pgd"]
+PAPER = {key: PaperNumber(f"the paper on {key}", None, "Fig. 12", "what") for key in IDS}
+P = {"check_epsilon": 0.1, "check_radius": 0.05, "min_rise": 0.10, "min_rise_apgd": 0.05,
+     "attack_slack": 0.01, "first_descent_margin": 0.1, "train_sizes": [500, 1000, 2000],
+     "label_shares": [0.0, 0.1, 0.3], "widths": [20, 200, 1000],
+     "apgd_runs": ["batchnorm: plain"]}
+
+
+def lc_curve(peak_at=5, height=20.0, first_min=5.0, end=4.0):
+    """10 at initialisation, `first_min` at step 2, rising to `height` at checkpoint `peak_at`,
+    then falling to `end`."""
+    curve = np.interp(np.arange(10), [0, 2, peak_at, 9], [10.0, first_min, height, end])
+    return curve
+
+
+def adversarial(onset_at=7, low=0.05, top=0.35):
+    """0.2 while the held-out accuracy climbs, `low` after settling, rising from checkpoint
+    `onset_at` (None: never) to `top` at the end."""
+    curve = np.array([0.0, 0.2, 0.2] + [low] * 7)
+    if onset_at is not None:
+        curve[onset_at:] = np.linspace(low + 0.1, top, 10 - onset_at)
+    return curve
+
+
+def run(lc=None, pgd=None, apgd=None, train_end=1.0):
+    train = np.array([0.1, 0.5, 0.9, 0.98, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]) * train_end
+    test = np.array([0.1, 0.5, 0.8, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9])
+    return chapter.Trajectory({}, STEPS, train, test, lc_curve() if lc is None else lc,
+                              adversarial() if pgd is None else pgd, apgd, 1.0)
+
+
+def planted(**changes):
+    """The knob groups of a run where every claim holds; `changes` replaces runs by label."""
+    plain = run(apgd=adversarial(top=0.3) - 0.01)
+    runs = {
+        "batchnorm": {"plain": plain,
+                      "BatchNorm": run(lc=lc_curve(first_min=9.5, height=30.0, end=25.0),
+                                       pgd=adversarial(onset_at=None))},
+        "train_size": {"500 digits": run(pgd=adversarial(onset_at=9), lc=lc_curve(peak_at=7)),
+                       "1000 digits": run(lc=lc_curve(peak_at=6)),
+                       "2000 digits": run(pgd=adversarial(onset_at=6))},
+        "random_labels": {"0% relabelled": run(),
+                          "10% relabelled": run(lc=lc_curve(peak_at=6), train_end=0.995),
+                          "30% relabelled": run(lc=lc_curve(peak_at=7), train_end=0.99)},
+        "width": {"width 20": run(lc=lc_curve(height=12.0)), "width 200": run(),
+                  "width 1000": run(lc=lc_curve(height=30.0))},
+    }
+    for name, replacement in changes.items():
+        knob, label = name.split(": ")
+        runs[knob][label] = replacement
+    return runs
+
+
+def judged(p=P, **changes):
+    return {c.id: c for c in chapter.judge(p, PAPER, planted(**changes))}
+
+
+def test_runs_where_every_knob_moves_as_the_paper_says_reproduce_every_claim():
+    checks = chapter.judge(P, PAPER, planted())
+    assert unique_ids(checks) == IDS
+    assert [c.id for c in checks if c.kind == "claim" and not c.passed] == []
+    by_id = {c.id: c for c in checks}
+    assert by_id["size-onset-earlier"].ours == {"500 digits": 40000, "1000 digits": 5000,
+                                                "2000 digits": 1000}
+    assert by_id["labels-ascent-delayed"].ours == {"0% relabelled": 100, "10% relabelled": 1000,
+                                                   "30% relabelled": 5000}
+    assert by_id["width-peak-rises"].ours == {"width 20": 12.0, "width 200": 20.0,
+                                              "width 1000": 30.0}
+    assert by_id["bn-no-delayed-robustness"].ours["plain"]["delayed"] is True
+    assert by_id["width-peak-falls"].kind == "report"  # no width 2,000 at this preset
+
+
+def test_a_batchnorm_run_with_the_plain_runs_delayed_rise_fails_the_batchnorm_claim():
+    assert not judged(**{"batchnorm: BatchNorm": run()})["bn-no-delayed-robustness"].passed
+    # a delayed rise under half the plain network's still passes
+    small = adversarial(onset_at=7, top=0.18)  # a rise of 0.13 against 0.30
+    assert judged(**{"batchnorm: BatchNorm": run(pgd=small)})["bn-no-delayed-robustness"].passed
+
+
+def test_a_batchnorm_run_with_a_first_descent_or_lower_lc_fails_those_claims():
+    dipped = judged(**{"batchnorm: BatchNorm": run(lc=lc_curve(first_min=8.5, end=25.0))})
+    assert not dipped["bn-no-first-descent"].passed and dipped["bn-higher-lc"].passed
+    assert not judged(**{"batchnorm: BatchNorm": run(lc=lc_curve(first_min=9.5, end=3.0))})[
+        "bn-higher-lc"].passed
+
+
+def test_an_onset_that_comes_later_with_more_data_or_never_fails_the_data_claim():
+    later = judged(**{"train_size: 2000 digits": run(pgd=adversarial(onset_at=8))})
+    assert not later["size-onset-earlier"].passed
+    never = judged(**{"train_size: 2000 digits": run(pgd=adversarial(onset_at=None))})
+    assert not never["size-onset-earlier"].passed
+    # the smallest set may never rise within the budget: that counts as latest
+    never_small = run(pgd=adversarial(onset_at=None), lc=lc_curve(peak_at=7))
+    assert judged(**{"train_size: 500 digits": never_small})["size-onset-earlier"].passed
+
+
+def test_equal_lc_peaks_at_every_size_or_share_are_a_tie_not_a_delay():
+    tie = {f"train_size: {n} digits": run() for n in (500, 1000, 2000)}
+    assert not judged(**tie)["size-descent-earlier"].passed
+    shares = {f"random_labels: {s} relabelled": run() for s in ("0%", "10%", "30%")}
+    assert not judged(**shares)["labels-ascent-delayed"].passed
+
+
+def test_a_peak_that_falls_between_two_widths_fails_the_width_claim_and_2000_is_judged_when_run():
+    assert not judged(**{"width: width 1000": run(lc=lc_curve(height=18.0))})[
+        "width-peak-rises"].passed
+    p = {**P, "widths": [20, 200, 1000, 2000]}
+    runs = planted()
+    runs["width"]["width 2000"] = run(lc=lc_curve(height=25.0))
+    by_id = {c.id: c for c in chapter.judge(p, PAPER, runs)}
+    assert by_id["width-peak-falls"].kind == "claim" and by_id["width-peak-falls"].passed
+    assert by_id["width-peak-rises"].passed  # judged up to 1,000 only
+
+
+def test_apgd_above_pgd_anywhere_is_a_failed_check_of_the_attacks():
+    plain = run(apgd=adversarial() + np.where(np.arange(10) == 4, 0.05, 0.0))
+    checks = judged(**{"batchnorm: plain": plain})
+    assert not checks["apgd-below-pgd"].passed
+    assert checks["apgd-below-pgd"].ours["largest APGD - PGD"] == pytest.approx(0.05)
+    flat = run(apgd=np.minimum(adversarial(), 0.06))
+    assert not judged(**{"batchnorm: plain": flat})["apgd-rises"].passed
+
+
+def test_a_run_that_never_interpolates_makes_its_lc_claims_inconclusive_not_failed():
+    short = run(lc=lc_curve(peak_at=7), train_end=0.95)
+    check = judged(**{"random_labels: 30% relabelled": short})["labels-ascent-delayed"]
+    assert check.inconclusive and not check.passed
+    assert check.diagnosis.startswith("30% relabelled: training accuracy never reached 0.99")
+
+
+def test_the_knob_runs_start_from_chapter_01s_training_settings():
+    from replicate.experiments import knobs
+    from replicate.experiments.chapters import delayed_robustness
+    assert list(knobs.TRAINING) == list(delayed_robustness.TRAINING)
