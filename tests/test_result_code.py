@@ -165,3 +165,17 @@ def test_every_published_chapters_seeds_were_computed_by_its_published_runs_code
     for path in files:
         code = json.loads(path.read_text())["code"]
         assert code["all_same"], (path.name, [c for c in code["commits"] if c["differs"] != []])
+
+
+def test_how_the_commit_is_found_is_provenance_not_result_code(tmp_path):
+    runtime = ("GENERATED_PATHS = ('book/claims',)\n\n\ndef git_commit():\n"
+               "    return 'abc' + str(len(GENERATED_PATHS))\n\n\ndef scale():\n    return 2\n")
+    repo, base = _repo(tmp_path)
+    base = _commit(repo, {"src/replicate/runtime.py": runtime, "src/replicate/measure.py":
+                          "from .runtime import git_commit, scale\n\n\n"
+                          "def measure(x):\n    return scale() * x, git_commit()\n"})
+    paths = _commit(repo, {"src/replicate/runtime.py": runtime.replace(
+        "('book/claims',)", "('book/claims', 'book/teaching.md')").replace("'abc'", "'abd'")})
+    assert result_code_differences(CHAPTER, base, paths, repo) == []
+    scaled = _commit(repo, {"src/replicate/runtime.py": runtime.replace("return 2", "return 3")})
+    assert result_code_differences(CHAPTER, base, scaled, repo) == ["src/replicate/runtime.py"]

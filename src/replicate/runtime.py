@@ -186,7 +186,7 @@ def comparable_code(source: str) -> str:
 
 # What `run`, `sweep` and `build` write: outputs of the code, not part of it.
 GENERATED_PATHS = ("book/claims", "book/results", "book/sweeps", "book/scoreboard.md",
-                   "book/_toc.yml", "book/benchmarks.md", "book/benchmarks.json")
+                   "book/teaching.md", "book/_toc.yml", "book/benchmarks.md", "book/benchmarks.json")
 
 
 def git_commit() -> str:

@@ -117,9 +117,27 @@ def _named_definitions(cells: list[ast.AST], modules: dict[str, ast.Module]) -> 
     return named
 
 
-def _pruned(tree: ast.Module, named: set[str]) -> str:
-    """The module as it computes for the chapter: without the definitions nothing names."""
-    kept = [stmt for stmt in tree.body if not isinstance(stmt, DEFINITIONS) or stmt.name in named]
+# Code that says where a run came from, not what it computed: the commit, and which of the pages
+# `build` writes do not make it dirty. A verdict records the commit, but no number depends on
+# how it is found, so editing these leaves every chapter's result code as it was.
+PROVENANCE = {f"{SOURCE}/{PACKAGE}/runtime.py": {"GENERATED_PATHS", "git_commit"}}
+
+
+def _defines(stmt: ast.stmt, names: set[str]) -> bool:
+    """Whether `stmt` is a definition or a plain assignment of one of `names`."""
+    if isinstance(stmt, DEFINITIONS):
+        return stmt.name in names
+    targets = (stmt.targets if isinstance(stmt, ast.Assign)
+               else [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+    return bool(targets) and all(isinstance(t, ast.Name) and t.id in names for t in targets)
+
+
+def _pruned(tree: ast.Module, named: set[str], provenance: set[str] = frozenset()) -> str:
+    """The module as it computes for the chapter: without the definitions nothing names, nor the
+    provenance code named in `provenance`."""
+    kept = [stmt for stmt in tree.body
+            if (not isinstance(stmt, DEFINITIONS) or stmt.name in named)
+            and not _defines(stmt, provenance)]
     return comparable_code(ast.unparse(ast.Module(body=kept, type_ignores=[])))
 
 
@@ -158,7 +176,8 @@ def result_code(repo: Path, commit: str, chapter: str) -> dict[str, str] | None:
             modules[path] = tree
             pending |= _imported(tree, name, path.endswith("__init__.py")) - seen
     named = _named_definitions(cell_trees, modules)
-    parts |= {path: _pruned(tree, named) for path, tree in modules.items()}
+    parts |= {path: _pruned(tree, named, PROVENANCE.get(path, set()))
+              for path, tree in modules.items()}
     preset = _show(repo, commit, f"{SOURCE}/{PACKAGE}/presets/{chapter}/cpu.yaml")
     parts["cpu preset"] = json.dumps(None if preset is None else yaml.safe_load(preset),
                                      sort_keys=True)
