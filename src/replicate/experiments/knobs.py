@@ -39,8 +39,9 @@ KNOBS = ("batchnorm", "train_size", "random_labels", "width")
 
 def variants(p: dict) -> dict[str, dict[str, dict]]:
     """{knob: {run label: the run's settings}}: chapter 01's training settings from `p`, the
-    knob's step budget, and the knob turned to each of its values."""
-    base = {name: p[name] for name in TRAINING}
+    knob's step budget (`knob_steps`, in place of `steps`), and the knob turned to each of its
+    values."""
+    base = {name: p[name] for name in TRAINING if name != "steps"}
     groups = {
         "batchnorm": {"plain": {}, "BatchNorm": {"batchnorm": True}},
         "train_size": {f"{n} digits": {"n_train": n} for n in p["train_sizes"]},
