@@ -7,6 +7,7 @@ settling and climbs to 0.35 from step 5,000 on (the onset), and the training-poi
 onset, its LC peak or its height moved the way the paper says the knob moves them."""
 import numpy as np
 import pytest
+import torch
 
 from replicate.config import PaperNumber
 from replicate.experiments.chapters import what_changes_grokking as chapter
@@ -149,3 +150,15 @@ def test_the_knob_runs_start_from_chapter_01s_training_settings():
     from replicate.experiments import knobs
     from replicate.experiments.chapters import delayed_robustness
     assert list(knobs.TRAINING) == list(delayed_robustness.TRAINING)
+
+
+def test_the_knob_runs_measure_chapter_01s_digits(data_dir):
+    from replicate.data import subset
+    from replicate.experiments import knobs, mnist_mlp
+    config = {**mnist_mlp.DEFAULTS, "n_train": 300, "seed": 3, "random_labels": 0.3}
+    p = {"lc_points": 40, "pgd_points": 60, "seed": 3}
+    lc_points, attack_x, attack_y = knobs.measured_digits(p, config)
+    train_x, _, test_x, test_y = mnist_mlp.training_data(config)
+    assert torch.equal(lc_points, train_x[:40])
+    expected_x, expected_y = subset(test_x, test_y, 60, 4)
+    assert torch.equal(attack_x, expected_x) and torch.equal(attack_y, expected_y)

@@ -28,7 +28,7 @@ from ..measures.apgd import apgd_robust_accuracy
 from ..measures.local_complexity import local_complexity
 from ..models import BatchNormMLP
 from ..training import cached_run
-from .mnist_mlp import MnistMLPRun, run_mnist_mlp, training_data
+from .mnist_mlp import MnistMLPRun, run_mnist_mlp
 
 # Chapter 01's training settings, which every run starts from.
 TRAINING = ("n_train", "width", "depth", "steps", "lr", "weight_decay", "batch_size", "init_scale",
@@ -67,10 +67,20 @@ class Trajectory:
     seconds: float  # the measurements' time when computed
 
 
+def measured_digits(p: dict, config: dict) -> tuple:
+    """(LC points, attacked digits, their labels): the first `lc_points` training digits of the
+    run of `config`, drawn as `mnist_mlp.training_data` draws them (without printing the data's
+    description each time; their labels are not needed), and `pgd_points` held-out digits drawn
+    with the seed + 1, as in chapter 01."""
+    mnist = load_mnist(verbose=False)
+    train_x, _ = subset(mnist.train_x, mnist.train_y, config["n_train"], config["seed"])
+    attack_x, attack_y = subset(mnist.test_x, mnist.test_y,
+                                min(p["pgd_points"], len(mnist.test_y)), p["seed"] + 1)
+    return train_x[:p["lc_points"]], attack_x, attack_y
+
+
 def _measure(p: dict, run: MnistMLPRun, with_apgd: bool) -> dict:
-    train_x, _, test_x, test_y = training_data(run.config)
-    lc_points = train_x[:p["lc_points"]]
-    attack_x, attack_y = subset(test_x, test_y, min(p["pgd_points"], len(test_y)), p["seed"] + 1)
+    lc_points, attack_x, attack_y = measured_digits(p, run.config)
     eps, started = p["check_epsilon"], time.perf_counter()
     lc, pgd, apgd = [], [], []
     for index in range(len(run.eval_steps)):

@@ -56,6 +56,16 @@ def ordered_later(steps: list[int | None]) -> bool:
             and steps[0] is not None and later(steps[-1], steps[0]) and steps[-1] != steps[0])
 
 
+def print_runs(runs: dict[str, dict[str, Trajectory]]) -> None:
+    """One line per run: its knob group and label, its steps, its final training and held-out
+    accuracy, and how long its measurements took when computed."""
+    for knob, group in runs.items():
+        for label, t in group.items():
+            print(f"{knob:>13} | {label:<15} {int(t.steps[-1]):>7,} steps; accuracy: train "
+                  f"{t.train_acc[-1]:.3f}, held-out {t.test_acc[-1]:.3f}; measured in "
+                  f"{t.seconds:.0f} s")
+
+
 # --- the verdict ------------------------------------------------------------------------------
 
 def lc_claim(name: str, holds: bool, ours, paper, check_id: str, group: dict[str, Trajectory]):
