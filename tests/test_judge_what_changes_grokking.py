@@ -162,3 +162,10 @@ def test_the_knob_runs_measure_chapter_01s_digits(data_dir):
     assert torch.equal(lc_points, train_x[:40])
     expected_x, expected_y = subset(test_x, test_y, 60, 4)
     assert torch.equal(attack_x, expected_x) and torch.equal(attack_y, expected_y)
+
+
+def test_a_width_whose_lc_only_falls_after_interpolation_has_no_ascent_peak_to_compare():
+    falling = np.interp(np.arange(10), [0, 4, 9], [30.0, 12.0, 2.0])  # no ascent after step 10
+    check = judged(**{"width: width 1000": run(lc=falling)})["width-peak-rises"]
+    assert check.inconclusive and not check.passed
+    assert check.diagnosis.startswith("width 1000: no ascent")

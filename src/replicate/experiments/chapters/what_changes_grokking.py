@@ -68,16 +68,26 @@ def print_runs(runs: dict[str, dict[str, Trajectory]]) -> None:
 
 # --- the verdict ------------------------------------------------------------------------------
 
-def lc_claim(name: str, holds: bool, ours, paper, check_id: str, group: dict[str, Trajectory]):
+def lc_claim(name: str, holds: bool, ours, paper, check_id: str, group: dict[str, Trajectory],
+             ascents: dict[str, Milestones] | None = None):
     """A claim on LC phases, INCONCLUSIVE where a run of `group` never interpolated (training
     accuracy >= 0.99): its phases are then undefined, the first descent being read up to
-    interpolation (`lc_phases`)."""
+    interpolation (`lc_phases`). With `ascents` (the runs' milestones), also where a run has no
+    ascent, its LC only falling after its first minimum: a claim on the ascent's peak has
+    nothing to read there."""
     short = [label for label, t in group.items() if not np.any(np.asarray(t.train_acc) >= 0.99)]
-    diagnosis = (f"{', '.join(short)}: training accuracy never reached 0.99 within the budget "
-                 f"({int(group[short[0]].steps[-1])} steps), so the LC's phases are not defined"
-                 if short else None)
-    return claim(name, holds and not short, ours, paper, inconclusive=bool(short),
-                 diagnosis=diagnosis, id=check_id)
+    flat = [label for label, m in (ascents or {}).items()
+            if label not in short and m.phases.peak == m.phases.first_min]
+    reasons = []
+    if short:
+        reasons.append(f"{', '.join(short)}: training accuracy never reached 0.99 within the "
+                       f"budget ({int(group[short[0]].steps[-1])} steps), so the LC's phases are "
+                       "not defined")
+    if flat:
+        reasons.append(f"{', '.join(flat)}: no ascent, the LC only falls after its first minimum "
+                       "(at interpolation), so there is no peak of an ascent to compare")
+    return claim(name, holds and not reasons, ours, paper, inconclusive=bool(reasons),
+                 diagnosis="; ".join(reasons) or None, id=check_id)
 
 
 def judge(p: dict, paper: dict, runs: dict[str, dict[str, Trajectory]]) -> list:
@@ -160,15 +170,17 @@ def _width(p, paper, group, marks) -> list:
     peak = {w: float(group[f"width {w}"].lc_train[marks[f"width {w}"].phases.peak]) for w in widths}
     upto = [w for w in widths if w <= 1000]
     rising = [peak[w] for w in upto]
+    runs_upto = {f"width {w}": group[f"width {w}"] for w in upto}
     checks = [lc_claim("the peak LC of the ascent rises with the width, from 20 up to 1,000",
                        len(upto) >= 2 and all(b > a for a, b in zip(rising, rising[1:])),
                        {f"width {w}": peak[w] for w in upto}, paper["width-peak-rises"].value,
-                       "width-peak-rises", {f"width {w}": group[f"width {w}"] for w in upto})]
+                       "width-peak-rises", runs_upto, {k: marks[k] for k in runs_upto})]
     if 2000 in widths and 1000 in widths:
+        largest = {f"width {w}": group[f"width {w}"] for w in (1000, 2000)}
         checks.append(lc_claim("... and falls again at width 2,000", peak[2000] < peak[1000],
                                {"width 1000": peak[1000], "width 2000": peak[2000]},
-                               paper["width-peak-falls"].value, "width-peak-falls",
-                               {f"width {w}": group[f"width {w}"] for w in (1000, 2000)}))
+                               paper["width-peak-falls"].value, "width-peak-falls", largest,
+                               {k: marks[k] for k in largest}))
     else:
         checks.append(report("the fall of the peak at width 2,000: not tested at this preset "
                              "(widths 1,000 and 2,000 are the paper preset's)",
