@@ -214,29 +214,30 @@ def _stronger_attack(p, paper, runs) -> list:
 
 # --- figures ------------------------------------------------------------------------------------
 
-# Per knob group: the figure's name, what the paper shows for it, the caption's first sentence
-# (what to look at) and the legend's title.
+# Per knob group: what the paper shows for it, the caption's first sentence (what to look at)
+# and the legend's title.
 KNOB_FIGURES = {
-    "batchnorm": ("fig-10-batchnorm", "Fig. 12 (a CNN on CIFAR-10) and §4",
+    "batchnorm": ("Fig. 12 (a CNN on CIFAR-10) and §4",
                   "The plain network (grey) against the same network with BatchNorm after each "
                   "hidden layer (orange): does the adversarial accuracy still climb late, does "
                   "the LC still dip first, and where does it end?", "network"),
-    "train_size": ("fig-10-train-size", "Figs 28, 32 and 33",
+    "train_size": ("Figs 28, 32 and 33",
                    "The same network on more or fewer training digits (darker: more): where the "
                    "adversarial accuracy sets off, and where the LC peaks.", "training digits"),
-    "random_labels": ("fig-10-random-labels", "Figs 13 and 31",
+    "random_labels": ("Figs 13 and 31",
                       "A share of the training digits relabelled at random (darker: more): how "
                       "long the LC's ascent lasts.", "relabelled"),
-    "width": ("fig-10-width", "Fig. 14",
-              "Wider networks (darker: wider): how high the LC's ascent peaks.", "width"),
+    "width": ("Fig. 14", "Wider networks (darker: wider): how high the LC's ascent peaks.",
+              "width"),
 }
 
 
-def figure_knob(run, knob: str, group: dict[str, Trajectory]) -> None:
-    """One knob group: the accuracy under PGD at `check_epsilon` and the held-out accuracy
-    (top), the training-point LC (bottom, its peak marked), a colour per run."""
+def knob_figure(run, knob: str, group: dict[str, Trajectory]) -> tuple:
+    """(figure, caption, alt text) for one knob group: the accuracy under PGD at
+    `check_epsilon` and the held-out accuracy (top), the training-point LC (bottom, its peak
+    marked), a colour per run."""
     p = run.params
-    name, where, what, legend_title = KNOB_FIGURES[knob]
+    where, what, legend_title = KNOB_FIGURES[knob]
     colours = (["0.45", "tab:orange"] if knob == "batchnorm"
                else plt.cm.viridis(np.linspace(0.85, 0.15, len(group))))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True)
@@ -254,18 +255,37 @@ def figure_knob(run, knob: str, group: dict[str, Trajectory]) -> None:
     _log_steps(bottom, next(iter(group.values())).steps)
     plotting.legend_below(fig, ncol=4, title=legend_title)
     steps = int(next(iter(group.values())).steps[-1])
-    plotting.show(
-        fig, name,
-        caption=f"{what} Top: accuracy under PGD-{p['pgd_steps']} at "
-                f"$\\epsilon = {p['check_epsilon']:g}$ on {p['pgd_points']} held-out digits "
-                "(solid) and on all held-out digits (dotted); bottom: LC of the hidden layers at "
-                f"$r = {p['check_radius']:g}$ ($P = {p['lc_directions']}$) around "
-                f"{p['lc_points']} training digits, a dot at its peak. The paper's {where}. "
-                f"MNIST MLP {p['depth']}×{p['width']} on {p['n_train']} digits unless the "
-                f"knob changes it, {steps:,} steps, {run.caption()}.",
-        alt=f"Two line plots over a logarithmic axis of optimisation steps, one line per "
-            f"{legend_title} setting: adversarial and held-out accuracy above, the local "
-            "complexity around training digits below with a dot at each curve's peak.")
+    caption = (f"{what} Top: accuracy under PGD-{p['pgd_steps']} at "
+               f"$\\epsilon = {p['check_epsilon']:g}$ on {p['pgd_points']} held-out digits "
+               "(solid) and on all held-out digits (dotted); bottom: LC of the hidden layers at "
+               f"$r = {p['check_radius']:g}$ ($P = {p['lc_directions']}$) around "
+               f"{p['lc_points']} training digits, a dot at its peak. The paper's {where}. "
+               f"MNIST MLP {p['depth']}×{p['width']} on {p['n_train']} digits unless the knob "
+               f"changes it, {steps:,} steps, {run.caption()}.")
+    alt = (f"Two line plots over a logarithmic axis of optimisation steps, one line per "
+           f"{legend_title} setting: adversarial and held-out accuracy above, the local "
+           "complexity around training digits below with a dot at each curve's peak.")
+    return fig, caption, alt
+
+
+def figure_batchnorm(run, group: dict[str, Trajectory]) -> None:
+    fig, caption, alt = knob_figure(run, "batchnorm", group)
+    plotting.show(fig, "fig-10-batchnorm", caption=caption, alt=alt)
+
+
+def figure_train_size(run, group: dict[str, Trajectory]) -> None:
+    fig, caption, alt = knob_figure(run, "train_size", group)
+    plotting.show(fig, "fig-10-train-size", caption=caption, alt=alt)
+
+
+def figure_random_labels(run, group: dict[str, Trajectory]) -> None:
+    fig, caption, alt = knob_figure(run, "random_labels", group)
+    plotting.show(fig, "fig-10-random-labels", caption=caption, alt=alt)
+
+
+def figure_width(run, group: dict[str, Trajectory]) -> None:
+    fig, caption, alt = knob_figure(run, "width", group)
+    plotting.show(fig, "fig-10-width", caption=caption, alt=alt)
 
 
 def figure_attacks(run, label: str, t: Trajectory) -> None:
