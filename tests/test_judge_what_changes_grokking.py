@@ -16,7 +16,7 @@ from replicate.verdict import unique_ids
 STEPS = np.array([0, 1, 2, 5, 10, 100, 1000, 5000, 20000, 40000])
 IDS = ["bn-no-delayed-robustness", "bn-higher-lc", "bn-no-first-descent", "size-onset-earlier",
        "size-descent-earlier", "labels-ascent-delayed", "labels-memorised", "width-peak-rises",
-       "width-peak-falls", "apgd-rises", "apgd-below-pgd"]
+       "width-migration-earlier", "width-peak-falls", "apgd-rises", "apgd-below-pgd"]
 PAPER = {key: PaperNumber(f"the paper on {key}", None, "Fig. 12", "what") for key in IDS}
 P = {"check_epsilon": 0.1, "check_radius": 0.05, "min_rise": 0.10, "min_rise_apgd": 0.05,
      "attack_slack": 0.01, "first_descent_margin": 0.1, "train_sizes": [500, 1000, 2000],
@@ -60,8 +60,8 @@ def planted(**changes):
         "random_labels": {"0% relabelled": run(),
                           "10% relabelled": run(lc=lc_curve(peak_at=6), train_end=0.995),
                           "30% relabelled": run(lc=lc_curve(peak_at=7), train_end=0.99)},
-        "width": {"width 20": run(lc=lc_curve(height=12.0)), "width 200": run(),
-                  "width 1000": run(lc=lc_curve(height=30.0))},
+        "width": {"width 20": run(lc=lc_curve(peak_at=6, height=12.0)), "width 200": run(),
+                  "width 1000": run(lc=lc_curve(peak_at=4, height=30.0))},
     }
     for name, replacement in changes.items():
         knob, label = name.split(": ")
@@ -169,3 +169,10 @@ def test_a_width_whose_lc_only_falls_after_interpolation_has_no_ascent_peak_to_c
     check = judged(**{"width: width 1000": run(lc=falling)})["width-peak-rises"]
     assert check.inconclusive and not check.passed
     assert check.diagnosis.startswith("width 1000: no ascent")
+
+
+def test_a_wider_network_peaking_later_fails_the_width_migration_claim():
+    assert judged()["width-migration-earlier"].ours == {"width 20": 1000, "width 200": 100,
+                                                        "width 1000": 10}
+    late = judged(**{"width: width 1000": run(lc=lc_curve(peak_at=7, height=30.0))})
+    assert not late["width-migration-earlier"].passed and late["width-peak-rises"].passed

@@ -171,10 +171,17 @@ def _width(p, paper, group, marks) -> list:
     upto = [w for w in widths if w <= 1000]
     rising = [peak[w] for w in upto]
     runs_upto = {f"width {w}": group[f"width {w}"] for w in upto}
+    peak_steps = [int(group[f"width {w}"].steps[marks[f"width {w}"].phases.peak]) for w in widths]
     checks = [lc_claim("the peak LC of the ascent rises with the width, from 20 up to 1,000",
                        len(upto) >= 2 and all(b > a for a, b in zip(rising, rising[1:])),
                        {f"width {w}": peak[w] for w in upto}, paper["width-peak-rises"].value,
                        "width-peak-rises", runs_upto, {k: marks[k] for k in runs_upto})]
+    checks.append(lc_claim("wider networks begin the second descent earlier (the LC's peak at or "
+                           "before the narrower network's, and before the narrowest's)",
+                           ordered_later(peak_steps[::-1]),
+                           {f"width {w}": s for w, s in zip(widths, peak_steps)},
+                           paper["width-migration-earlier"].value, "width-migration-earlier",
+                           group))
     if 2000 in widths and 1000 in widths:
         largest = {f"width {w}": group[f"width {w}"] for w in (1000, 2000)}
         checks.append(lc_claim("... and falls again at width 2,000", peak[2000] < peak[1000],
