@@ -176,3 +176,22 @@ def test_a_wider_network_peaking_later_fails_the_width_migration_claim():
                                                         "width 1000": 10}
     late = judged(**{"width: width 1000": run(lc=lc_curve(peak_at=7, height=30.0))})
     assert not late["width-migration-earlier"].passed and late["width-peak-rises"].passed
+
+
+def test_each_knob_group_trains_for_its_own_budget_and_checkpoints_from_chapter_01s_settings():
+    from replicate.experiments import knobs
+    p = {**P, "n_train": 1000, "width": 200, "depth": 4, "steps": 40000, "lr": 1e-3,
+         "weight_decay": 0.01, "batch_size": 200, "init_scale": 1.0, "eval_points": 32, "seed": 2,
+         "knob_steps": {"batchnorm": 40000, "train_size": 40000, "random_labels": 5000,
+                        "width": 10000},
+         "knob_eval_points": {"batchnorm": 32, "train_size": 32, "random_labels": 64,
+                              "width": 32}}
+    groups = knobs.variants(p)
+    assert list(groups["train_size"]) == ["500 digits", "1000 digits", "2000 digits"]
+    plain = groups["batchnorm"]["plain"]
+    assert plain == {name: p[name] for name in knobs.TRAINING}  # chapter 01's very run
+    assert groups["batchnorm"]["BatchNorm"] == {**plain, "batchnorm": True}
+    relabelled = groups["random_labels"]["30% relabelled"]
+    assert (relabelled["steps"], relabelled["eval_points"], relabelled["random_labels"]) == (
+        5000, 64, 0.3)
+    assert groups["width"]["width 20"]["width"] == 20

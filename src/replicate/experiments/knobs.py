@@ -39,9 +39,9 @@ KNOBS = ("batchnorm", "train_size", "random_labels", "width")
 
 def variants(p: dict) -> dict[str, dict[str, dict]]:
     """{knob: {run label: the run's settings}}: chapter 01's training settings from `p`, the
-    knob's step budget (`knob_steps`, in place of `steps`), and the knob turned to each of its
-    values."""
-    base = {name: p[name] for name in TRAINING if name != "steps"}
+    knob's step budget and checkpoints (`knob_steps`, `knob_eval_points`, in place of `steps`
+    and `eval_points`), and the knob turned to each of its values."""
+    base = {name: p[name] for name in TRAINING if name not in ("steps", "eval_points")}
     groups = {
         "batchnorm": {"plain": {}, "BatchNorm": {"batchnorm": True}},
         "train_size": {f"{n} digits": {"n_train": n} for n in p["train_sizes"]},
@@ -49,7 +49,8 @@ def variants(p: dict) -> dict[str, dict[str, dict]]:
                           for share in p["label_shares"]},
         "width": {f"width {w}": {"width": w} for w in p["widths"]},
     }
-    return {knob: {label: {**base, "steps": p["knob_steps"][knob], **change}
+    return {knob: {label: {**base, "steps": p["knob_steps"][knob],
+                           "eval_points": p["knob_eval_points"][knob], **change}
                    for label, change in runs.items()}
             for knob, runs in groups.items()}
 
