@@ -21,7 +21,7 @@ PAPER = {key: PaperNumber(f"the paper on {key}", None, "Fig. 12", "what") for ke
 P = {"check_epsilon": 0.1, "check_radius": 0.05, "min_rise": 0.10, "min_rise_apgd": 0.05,
      "attack_slack": 0.01, "first_descent_margin": 0.1, "train_sizes": [500, 1000, 2000],
      "label_shares": [0.0, 0.1, 0.3], "widths": [20, 200, 1000],
-     "apgd_runs": ["batchnorm: plain"]}
+     "apgd_run": "batchnorm: plain"}
 
 
 def lc_curve(peak_at=5, height=20.0, first_min=5.0, end=4.0):

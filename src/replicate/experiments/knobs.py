@@ -9,7 +9,7 @@ is measured by:
 - the local complexity (LC) of the hidden layers around `lc_points` training digits at
   `check_radius` (the BatchNorm network's through its eval-mode fold, `BatchNormMLP.folded`);
 - the accuracy under PGD at `check_epsilon` on `pgd_points` held-out digits, and, on the group
-  runs named in `apgd_runs`, under APGD (`measures.apgd`) on the same digits.
+  run named by `apgd_run`, under APGD (`measures.apgd`) on the same digits.
 
 The same digits, LC frame and attack seeds as chapter 01, so that the run at chapter 01's
 settings measures what chapter 01 measures at that radius and eps. Training and measurements are
@@ -33,9 +33,6 @@ from .mnist_mlp import MnistMLPRun, run_mnist_mlp
 # Chapter 01's training settings, which every run starts from.
 TRAINING = ("n_train", "width", "depth", "steps", "lr", "weight_decay", "batch_size", "init_scale",
             "eval_points", "seed")
-
-KNOBS = ("batchnorm", "train_size", "random_labels", "width")
-
 
 def variants(p: dict) -> dict[str, dict[str, dict]]:
     """{knob: {run label: the run's settings}}: chapter 01's training settings from `p`, the
@@ -116,6 +113,6 @@ def trajectory(p: dict, settings: dict, with_apgd: bool = False) -> Trajectory:
 
 def all_trajectories(p: dict) -> dict[str, dict[str, Trajectory]]:
     """Every run of every knob group, measured ({knob: {label: Trajectory}})."""
-    return {knob: {label: trajectory(p, settings, with_apgd=f"{knob}: {label}" in p["apgd_runs"])
+    return {knob: {label: trajectory(p, settings, with_apgd=f"{knob}: {label}" == p["apgd_run"])
                    for label, settings in runs.items()}
             for knob, runs in variants(p).items()}

@@ -41,6 +41,11 @@ def delayed_rise(t: Trajectory, m: Milestones, min_rise: float) -> bool:
             and t.steps[m.onset] >= 10 * t.steps[m.settle])
 
 
+def step_at(t: Trajectory, index: int | None) -> int | None:
+    """The step of checkpoint `index` of a run (None stays None: a milestone not reached)."""
+    return None if index is None else int(t.steps[index])
+
+
 def later(a: int | None, b: int | None) -> bool:
     """Whether step `a` comes at or after step `b`, None meaning "not within the budget" (after
     every step, and tied with another None)."""
@@ -95,16 +100,15 @@ def judge(p: dict, paper: dict, runs: dict[str, dict[str, Trajectory]]) -> list:
     makes them); `paper`: the chapter's paper numbers by check id."""
     marks = {knob: {label: summarise(p, t) for label, t in group.items()}
              for knob, group in runs.items()}
-    step = lambda knob, label, index: (None if index is None  # noqa: E731
-                                       else int(runs[knob][label].steps[index]))
-    return (_batchnorm(p, paper, runs["batchnorm"], marks["batchnorm"], step)
-            + _train_size(p, paper, runs["train_size"], marks["train_size"], step)
-            + _random_labels(p, paper, runs["random_labels"], marks["random_labels"], step)
+    knob, label = p["apgd_run"].split(": ", 1)
+    return (_batchnorm(p, paper, runs["batchnorm"], marks["batchnorm"])
+            + _train_size(p, paper, runs["train_size"], marks["train_size"])
+            + _random_labels(p, paper, runs["random_labels"], marks["random_labels"])
             + _width(p, paper, runs["width"], marks["width"])
-            + _stronger_attack(p, paper, runs))
+            + _stronger_attack(p, paper, runs[knob][label], marks[knob][label]))
 
 
-def _batchnorm(p, paper, group, marks, step) -> list:
+def _batchnorm(p, paper, group, marks) -> list:
     plain, bn = group["plain"], group["BatchNorm"]
     mp, mb = marks["plain"], marks["BatchNorm"]
     rise_plain, rise_bn = rise(plain, mp), rise(bn, mb)
@@ -115,8 +119,8 @@ def _batchnorm(p, paper, group, marks, step) -> list:
               "or its rise is under half the plain network's",
               not delayed_bn or rise_bn < 0.5 * rise_plain,
               {"BatchNorm": {"rise": rise_bn, "delayed": delayed_bn,
-                             "onset step": step("batchnorm", "BatchNorm", mb.onset)},
-               "plain": {"rise": rise_plain, "onset step": step("batchnorm", "plain", mp.onset),
+                             "onset step": step_at(bn, mb.onset)},
+               "plain": {"rise": rise_plain, "onset step": step_at(plain, mp.onset),
                          "delayed": delayed_rise(plain, mp, p["min_rise"])}},
               paper["bn-no-delayed-robustness"].value, id="bn-no-delayed-robustness"),
         claim("with BatchNorm the LC around training digits is higher at the end of training",
@@ -133,10 +137,10 @@ def _batchnorm(p, paper, group, marks, step) -> list:
     ]
 
 
-def _train_size(p, paper, group, marks, step) -> list:
+def _train_size(p, paper, group, marks) -> list:
     labels = list(group)  # in the order of train_sizes: ascending is the preset's rule
-    onsets = [step("train_size", k, marks[k].onset) for k in labels]
-    peaks = [step("train_size", k, marks[k].phases.peak) for k in labels]
+    onsets = [step_at(group[k], marks[k].onset) for k in labels]
+    peaks = [step_at(group[k], marks[k].phases.peak) for k in labels]
     return [
         claim("with more training digits the adversarial rise sets in earlier (its onset, "
               "chapter 01's rule, at or before the smaller set's, the largest set's within the "
@@ -151,9 +155,9 @@ def _train_size(p, paper, group, marks, step) -> list:
     ]
 
 
-def _random_labels(p, paper, group, marks, step) -> list:
+def _random_labels(p, paper, group, marks) -> list:
     labels = list(group)  # ascending shares, the first 0
-    peaks = [step("random_labels", k, marks[k].phases.peak) for k in labels]
+    peaks = [step_at(group[k], marks[k].phases.peak) for k in labels]
     return [
         lc_claim("with more randomly labelled digits the LC's ascent lasts longer (its peak at "
                  "or after the smaller share's, and later at the largest share than without)",
@@ -171,7 +175,7 @@ def _width(p, paper, group, marks) -> list:
     upto = [w for w in widths if w <= 1000]
     rising = [peak[w] for w in upto]
     runs_upto = {f"width {w}": group[f"width {w}"] for w in upto}
-    peak_steps = [int(group[f"width {w}"].steps[marks[f"width {w}"].phases.peak]) for w in widths]
+    peak_steps = [step_at(group[f"width {w}"], marks[f"width {w}"].phases.peak) for w in widths]
     checks = [lc_claim("the peak LC of the ascent rises with the width, from 20 up to 1,000",
                        len(upto) >= 2 and all(b > a for a, b in zip(rising, rising[1:])),
                        {f"width {w}": peak[w] for w in upto}, paper["width-peak-rises"].value,
@@ -196,27 +200,23 @@ def _width(p, paper, group, marks) -> list:
     return checks
 
 
-def _stronger_attack(p, paper, runs) -> list:
-    checks = []
-    for name in p["apgd_runs"]:
-        knob, label = name.split(": ", 1)
-        t = runs[knob][label]
-        m_apgd = summarise(p, t, "apgd")
-        gain = rise(t, m_apgd, "apgd")
-        excess = float(np.max(t.apgd - t.pgd))
-        checks += [
-            claim(f"under APGD too the accuracy rises after the held-out accuracy settled "
-                  f"(by >= {p['min_rise_apgd']:.0%}, {name})", gain >= p["min_rise_apgd"],
-                  {"low after settling": float(t.apgd[m_apgd.low]), "final": float(t.apgd[-1]),
-                   "rise": gain, "PGD rise": rise(t, summarise(p, t))},
-                  paper["apgd-rises"].value, id="apgd-rises"),
-            claim(f"APGD, the stronger attack, leaves at most PGD's accuracy at every checkpoint "
-                  f"(within {p['attack_slack']:.0%}: a check of the attacks, {name})",
-                  excess <= p["attack_slack"],
-                  {"largest APGD - PGD": excess, "checkpoints": len(t.apgd)},
-                  paper["apgd-below-pgd"].value, id="apgd-below-pgd"),
-        ]
-    return checks
+def _stronger_attack(p, paper, t: Trajectory, m_pgd: Milestones) -> list:
+    """APGD on the run `apgd_run` names ("knob: run label"), beside PGD on the same run."""
+    m_apgd = summarise(p, t, "apgd")
+    gain = rise(t, m_apgd, "apgd")
+    excess = float(np.max(t.apgd - t.pgd))
+    return [
+        claim(f"under APGD too the accuracy rises after the held-out accuracy settled "
+              f"(by >= {p['min_rise_apgd']:.0%}, {p['apgd_run']})", gain >= p["min_rise_apgd"],
+              {"low after settling": float(t.apgd[m_apgd.low]), "final": float(t.apgd[-1]),
+               "rise": gain, "PGD rise": rise(t, m_pgd)},
+              paper["apgd-rises"].value, id="apgd-rises"),
+        claim(f"APGD, the stronger attack, leaves at most PGD's accuracy at every checkpoint "
+              f"(within {p['attack_slack']:.0%}: a check of the attacks, {p['apgd_run']})",
+              excess <= p["attack_slack"],
+              {"largest APGD - PGD": excess, "checkpoints": len(t.apgd)},
+              paper["apgd-below-pgd"].value, id="apgd-below-pgd"),
+    ]
 
 
 # --- figures ------------------------------------------------------------------------------------
