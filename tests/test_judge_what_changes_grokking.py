@@ -20,7 +20,7 @@ IDS = ["bn-no-delayed-robustness", "bn-higher-lc", "bn-no-first-descent", "size-
 PAPER = {key: PaperNumber(f"the paper on {key}", None, "Fig. 12", "what") for key in IDS}
 P = {"check_epsilon": 0.1, "check_radius": 0.05, "min_rise": 0.10, "min_rise_apgd": 0.05,
      "attack_slack": 0.01, "first_descent_margin": 0.1, "train_sizes": [500, 1000, 2000],
-     "label_shares": [0.0, 0.1, 0.3], "widths": [20, 200, 1000],
+     "random_label_sizes": [250, 500, 1000], "widths": [20, 200, 1000],
      "apgd_run": "batchnorm: plain"}
 
 
@@ -57,9 +57,11 @@ def planted(**changes):
         "train_size": {"500 digits": run(pgd=adversarial(onset_at=9), lc=lc_curve(peak_at=7)),
                        "1000 digits": run(lc=lc_curve(peak_at=6)),
                        "2000 digits": run(pgd=adversarial(onset_at=6))},
-        "random_labels": {"0% relabelled": run(),
-                          "10% relabelled": run(lc=lc_curve(peak_at=6), train_end=0.995),
-                          "30% relabelled": run(lc=lc_curve(peak_at=7), train_end=0.99)},
+        "random_labels": {"250 random-label digits": run(),
+                          "500 random-label digits": run(lc=lc_curve(peak_at=6),
+                                                         train_end=0.995),
+                          "1000 random-label digits": run(lc=lc_curve(peak_at=7),
+                                                          train_end=0.99)},
         "width": {"width 20": run(lc=lc_curve(peak_at=6, height=12.0)), "width 200": run(),
                   "width 1000": run(lc=lc_curve(peak_at=4, height=30.0))},
     }
@@ -80,8 +82,9 @@ def test_runs_where_every_knob_moves_as_the_paper_says_reproduce_every_claim():
     by_id = {c.id: c for c in checks}
     assert by_id["size-onset-earlier"].ours == {"500 digits": 40000, "1000 digits": 5000,
                                                 "2000 digits": 1000}
-    assert by_id["labels-ascent-delayed"].ours == {"0% relabelled": 100, "10% relabelled": 1000,
-                                                   "30% relabelled": 5000}
+    assert by_id["labels-ascent-delayed"].ours == {"250 random-label digits": 100,
+                                                   "500 random-label digits": 1000,
+                                                   "1000 random-label digits": 5000}
     assert by_id["width-peak-rises"].ours == {"width 20": 12.0, "width 200": 20.0,
                                               "width 1000": 30.0}
     assert by_id["bn-no-delayed-robustness"].ours["plain"]["delayed"] is True
@@ -112,11 +115,13 @@ def test_an_onset_that_comes_later_with_more_data_or_never_fails_the_data_claim(
     assert judged(**{"train_size: 500 digits": never_small})["size-onset-earlier"].passed
 
 
-def test_equal_lc_peaks_at_every_size_or_share_are_a_tie_not_a_delay():
+def test_equal_lc_peaks_at_every_size_are_a_tie_not_a_delay():
     tie = {f"train_size: {n} digits": run() for n in (500, 1000, 2000)}
     assert not judged(**tie)["size-descent-earlier"].passed
-    shares = {f"random_labels: {s} relabelled": run() for s in ("0%", "10%", "30%")}
-    assert not judged(**shares)["labels-ascent-delayed"].passed
+    random = {f"random_labels: {n} random-label digits": run() for n in (250, 500, 1000)}
+    assert not judged(**random)["labels-ascent-delayed"].passed
+    earlier = judged(**{"random_labels: 1000 random-label digits": run(lc=lc_curve(peak_at=4))})
+    assert not earlier["labels-ascent-delayed"].passed  # the most digits peaking first
 
 
 def test_a_peak_that_falls_between_two_widths_fails_the_width_claim_and_2000_is_judged_when_run():
@@ -141,9 +146,9 @@ def test_apgd_above_pgd_anywhere_is_a_failed_check_of_the_attacks():
 
 def test_a_run_that_never_interpolates_makes_its_lc_claims_inconclusive_not_failed():
     short = run(lc=lc_curve(peak_at=7), train_end=0.95)
-    check = judged(**{"random_labels: 30% relabelled": short})["labels-ascent-delayed"]
+    check = judged(**{"random_labels: 1000 random-label digits": short})["labels-ascent-delayed"]
     assert check.inconclusive and not check.passed
-    assert check.diagnosis.startswith("30% relabelled: training accuracy never reached 0.99")
+    assert check.diagnosis.startswith("1000 random-label digits: training accuracy never reached")
 
 
 def test_the_knob_runs_start_from_chapter_01s_training_settings():
@@ -191,7 +196,7 @@ def test_each_knob_group_trains_for_its_own_budget_and_checkpoints_from_chapter_
     plain = groups["batchnorm"]["plain"]
     assert plain == {name: p[name] for name in knobs.TRAINING}  # chapter 01's very run
     assert groups["batchnorm"]["BatchNorm"] == {**plain, "batchnorm": True}
-    relabelled = groups["random_labels"]["30% relabelled"]
-    assert (relabelled["steps"], relabelled["eval_points"], relabelled["random_labels"]) == (
-        5000, 64, 0.3)
+    random = groups["random_labels"]["500 random-label digits"]
+    assert (random["steps"], random["eval_points"], random["n_train"],
+            random["random_labels"]) == (5000, 64, 500, 1.0)
     assert groups["width"]["width 20"]["width"] == 20

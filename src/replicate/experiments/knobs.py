@@ -1,5 +1,6 @@
 """Chapter 10's runs: chapter 01's MNIST run with one knob turned at a time (BatchNorm, the
-number of training digits, a share of them relabelled at random, the width), each measured at
+number of training digits, how many digits the network must memorise with random labels, the
+width), each measured at
 every checkpoint as chapter 01 measures it.
 
 A *knob group* is a list of runs that differ in one setting, all trained for the group's own
@@ -42,8 +43,9 @@ def variants(p: dict) -> dict[str, dict[str, dict]]:
     groups = {
         "batchnorm": {"plain": {}, "BatchNorm": {"batchnorm": True}},
         "train_size": {f"{n} digits": {"n_train": n} for n in p["train_sizes"]},
-        "random_labels": {f"{share:.0%} relabelled": {"random_labels": share}
-                          for share in p["label_shares"]},
+        # As the paper's Figs 13 and 31: every label random, the number of such digits varied.
+        "random_labels": {f"{n} random-label digits": {"n_train": n, "random_labels": 1.0}
+                          for n in p["random_label_sizes"]},
         "width": {f"width {w}": {"width": w} for w in p["widths"]},
     }
     return {knob: {label: {**base, "steps": p["knob_steps"][knob],

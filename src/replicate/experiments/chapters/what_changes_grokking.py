@@ -156,15 +156,16 @@ def _train_size(p, paper, group, marks) -> list:
 
 
 def _random_labels(p, paper, group, marks) -> list:
-    labels = list(group)  # ascending shares, the first 0
+    labels = list(group)  # ascending numbers of random-label digits
     peaks = [step_at(group[k], marks[k].phases.peak) for k in labels]
     return [
-        lc_claim("with more randomly labelled digits the LC's ascent lasts longer (its peak at "
-                 "or after the smaller share's, and later at the largest share than without)",
+        lc_claim("with more randomly labelled digits to memorise, the LC's ascent lasts longer "
+                 "(its peak at or after the smaller set's, and later for the largest set than "
+                 "for the smallest)",
                  ordered_later(peaks), dict(zip(labels, peaks)),
                  paper["labels-ascent-delayed"].value, "labels-ascent-delayed", group),
-        report("training accuracy at the end, per share (the relabelled digits memorised)",
-               {k: float(group[k].train_acc[-1]) for k in labels},
+        report("training accuracy at the end, per set (how much of the random labelling is "
+               "memorised)", {k: float(group[k].train_acc[-1]) for k in labels},
                paper["labels-memorised"].value, id="labels-memorised"),
     ]
 
@@ -232,8 +233,8 @@ KNOB_FIGURES = {
                    "The same network on more or fewer training digits (darker: more): where the "
                    "adversarial accuracy sets off, and where the LC peaks.", "training digits"),
     "random_labels": ("Figs 13 and 31",
-                      "A share of the training digits relabelled at random (darker: more): how "
-                      "long the LC's ascent lasts.", "relabelled"),
+                      "Every training label random, more or fewer digits to memorise (darker: "
+                      "more): how long the LC's ascent lasts.", "random-label digits"),
     "width": ("Fig. 14", "Wider networks (darker: wider): how high the LC's ascent peaks.",
               "width"),
 }
