@@ -198,5 +198,22 @@ def test_each_knob_group_trains_for_its_own_budget_and_checkpoints_from_chapter_
     assert groups["batchnorm"]["BatchNorm"] == {**plain, "batchnorm": True}
     random = groups["random_labels"]["500 random-label digits"]
     assert (random["steps"], random["eval_points"], random["n_train"],
-            random["random_labels"]) == (5000, 64, 500, 1.0)
+            random["random_labels"]) == (5000, 64, 500, knobs.UNIFORM_LABELS)
     assert groups["width"]["width 20"]["width"] == 20
+
+
+def test_the_random_label_group_draws_each_label_uniformly_from_the_ten_classes(data_dir):
+    from replicate.experiments import knobs, mnist_mlp
+    n = 4000
+    config = {**mnist_mlp.DEFAULTS, "n_train": n, "seed": 5, "random_labels": knobs.UNIFORM_LABELS}
+    _, labels, _, _ = mnist_mlp.training_data(config)
+    _, true, _, _ = mnist_mlp.training_data({**config, "random_labels": 0.0})
+    assert (labels == true).sum() == round(0.1 * n)  # a tenth keep theirs, as by chance
+    # for the digits of each class, every one of the ten labels about as often (0.1 +- 0.04)
+    table = torch.zeros(10, 10)
+    table.index_put_((true, labels), torch.ones(n), accumulate=True)
+    shares = table / table.sum(1, keepdim=True)
+    assert shares.sub(0.1).abs().max() < 0.04
+    # a share of 1.0 would never give the true label: the labels would carry information
+    _, wrong, _, _ = mnist_mlp.training_data({**config, "random_labels": 1.0})
+    assert (wrong == true).sum() == 0

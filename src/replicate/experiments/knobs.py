@@ -35,6 +35,13 @@ from .mnist_mlp import MnistMLPRun, run_mnist_mlp
 TRAINING = ("n_train", "width", "depth", "steps", "lr", "weight_decay", "batch_size", "init_scale",
             "eval_points", "seed")
 
+# `random_labels` is the share of digits given a *wrong* label, drawn among the other nine
+# classes. At 0.9 each digit's label is the true one with probability 0.1 and each wrong one with
+# 0.9 / 9 = 0.1: a label drawn uniformly from the ten classes, the usual "random labels", which
+# leave nothing to learn (a share of 1.0 would: the true class is then never the label).
+UNIFORM_LABELS = 0.9
+
+
 def variants(p: dict) -> dict[str, dict[str, dict]]:
     """{knob: {run label: the run's settings}}: chapter 01's training settings from `p`, the
     knob's step budget and checkpoints (`knob_steps`, `knob_eval_points`, in place of `steps`
@@ -44,7 +51,8 @@ def variants(p: dict) -> dict[str, dict[str, dict]]:
         "batchnorm": {"plain": {}, "BatchNorm": {"batchnorm": True}},
         "train_size": {f"{n} digits": {"n_train": n} for n in p["train_sizes"]},
         # As the paper's Figs 13 and 31: every label random, the number of such digits varied.
-        "random_labels": {f"{n} random-label digits": {"n_train": n, "random_labels": 1.0}
+        "random_labels": {f"{n} random-label digits": {"n_train": n,
+                                                       "random_labels": UNIFORM_LABELS}
                           for n in p["random_label_sizes"]},
         "width": {f"width {w}": {"width": w} for w in p["widths"]},
     }
