@@ -92,7 +92,9 @@ def test_runs_where_every_knob_moves_as_the_paper_says_reproduce_every_claim():
 
 
 def test_a_batchnorm_run_with_the_plain_runs_delayed_rise_fails_the_batchnorm_claim():
-    assert not judged(**{"batchnorm: BatchNorm": run()})["bn-no-delayed-robustness"].passed
+    same = judged(**{"batchnorm: BatchNorm": run()})["bn-no-delayed-robustness"]
+    assert not same.passed and same.diagnosis.startswith("with BatchNorm the adversarial accuracy "
+                                                         "still rises by 0.300 from step 5,000")
     # a delayed rise under half the plain network's still passes
     small = adversarial(onset_at=7, top=0.18)  # a rise of 0.13 against 0.30
     assert judged(**{"batchnorm: BatchNorm": run(pgd=small)})["bn-no-delayed-robustness"].passed
@@ -108,6 +110,8 @@ def test_a_batchnorm_run_with_a_first_descent_or_lower_lc_fails_those_claims():
 def test_an_onset_that_comes_later_with_more_data_or_never_fails_the_data_claim():
     later = judged(**{"train_size: 2000 digits": run(pgd=adversarial(onset_at=8))})
     assert not later["size-onset-earlier"].passed
+    assert later["size-onset-earlier"].diagnosis == (
+        "onset: 1000 digits (step 5,000) comes before 2000 digits (step 20,000)")
     never = judged(**{"train_size: 2000 digits": run(pgd=adversarial(onset_at=None))})
     assert not never["size-onset-earlier"].passed
     # the smallest set may never rise within the budget: that counts as latest
@@ -217,3 +221,30 @@ def test_the_random_label_group_draws_each_label_uniformly_from_the_ten_classes(
     # a share of 1.0 would never give the true label: the labels would carry information
     _, wrong, _, _ = mnist_mlp.training_data({**config, "random_labels": 1.0})
     assert (wrong == true).sum() == 0
+
+
+def test_an_order_that_fails_is_explained_by_its_first_break_or_its_tie():
+    labels = ["a", "b", "c"]
+    assert chapter.out_of_order("peak", labels, [10, 20, 30]) is None
+    assert chapter.out_of_order("peak", labels, [10, None, None]) is None  # after the budget
+    assert chapter.out_of_order("peak", labels, [10, 30, 20]) == (
+        "peak: c (step 20) comes before b (step 30)")
+    assert chapter.out_of_order("peak", labels, [10, 10, 10]) == (
+        "peak: a and c both at step 10, a tie, not a delay")
+    assert chapter.out_of_order("peak", labels, [None, 5, 6]) == (
+        "peak: a not within the budget, so nothing can come later")
+    for steps in ([10, 20, 30], [10, 30, 20], [10, 10, 10], [None, 5, 6], [5, None, 6]):
+        assert (chapter.out_of_order("x", labels, steps) is None) == chapter.ordered_later(steps)
+
+
+def test_every_failed_check_says_why():
+    broken = planted(**{"batchnorm: BatchNorm": run(lc=lc_curve(first_min=8.5, end=3.0)),
+                        "train_size: 2000 digits": run(pgd=adversarial(onset_at=8)),
+                        "random_labels: 1000 random-label digits": run(lc=lc_curve(peak_at=4)),
+                        "width: width 1000": run(lc=lc_curve(peak_at=7, height=18.0)),
+                        "batchnorm: plain": run(apgd=np.minimum(adversarial(), 0.06) + 0.2)})
+    failed = [c for c in chapter.judge(P, PAPER, broken) if c.kind == "claim" and not c.passed]
+    assert {c.id for c in failed} >= {"bn-no-first-descent", "bn-higher-lc", "size-onset-earlier",
+                                      "labels-ascent-delayed", "width-peak-rises",
+                                      "width-migration-earlier", "apgd-rises", "apgd-below-pgd"}
+    assert all(c.diagnosis for c in failed), [c.id for c in failed if not c.diagnosis]

@@ -61,6 +61,20 @@ def ordered_later(steps: list[int | None]) -> bool:
             and steps[0] is not None and later(steps[-1], steps[0]) and steps[-1] != steps[0])
 
 
+def out_of_order(what: str, labels: list[str], steps: list[int | None]) -> str | None:
+    """Why `ordered_later(steps)` fails, in words (None where it holds): the first run that comes
+    before the one ahead of it in the list, or a tie between the ends."""
+    at = lambda i: "not within the budget" if steps[i] is None else f"step {steps[i]:,}"  # noqa: E731
+    if steps[0] is None:
+        return f"{what}: {labels[0]} {at(0)}, so nothing can come later"
+    for i in range(1, len(steps)):
+        if not later(steps[i], steps[i - 1]):
+            return f"{what}: {labels[i]} ({at(i)}) comes before {labels[i - 1]} ({at(i - 1)})"
+    if steps[-1] == steps[0]:
+        return f"{what}: {labels[0]} and {labels[-1]} both at {at(0)}, a tie, not a delay"
+    return None
+
+
 def print_runs(runs: dict[str, dict[str, Trajectory]]) -> None:
     """One line per run: its knob group and label, its steps, its final training and held-out
     accuracy, and how long its measurements took when computed."""
@@ -74,12 +88,12 @@ def print_runs(runs: dict[str, dict[str, Trajectory]]) -> None:
 # --- the verdict ------------------------------------------------------------------------------
 
 def lc_claim(name: str, holds: bool, ours, paper, check_id: str, group: dict[str, Trajectory],
-             ascents: dict[str, Milestones] | None = None):
+             ascents: dict[str, Milestones] | None = None, why_not: str | None = None):
     """A claim on LC phases, INCONCLUSIVE where a run of `group` never interpolated (training
     accuracy >= 0.99): its phases are then undefined, the first descent being read up to
     interpolation (`lc_phases`). With `ascents` (the runs' milestones), also where a run has no
     ascent, its LC only falling after its first minimum: a claim on the ascent's peak has
-    nothing to read there."""
+    nothing to read there. `why_not`: the diagnosis where the check fails."""
     short = [label for label, t in group.items() if not np.any(np.asarray(t.train_acc) >= 0.99)]
     flat = [label for label, m in (ascents or {}).items()
             if label not in short and m.phases.peak == m.phases.first_min]
@@ -92,7 +106,7 @@ def lc_claim(name: str, holds: bool, ours, paper, check_id: str, group: dict[str
         reasons.append(f"{', '.join(flat)}: no ascent, the LC only falls after its first minimum "
                        "(at interpolation), so there is no peak of an ascent to compare")
     return claim(name, holds and not reasons, ours, paper, inconclusive=bool(reasons),
-                 diagnosis="; ".join(reasons) or None, id=check_id)
+                 diagnosis="; ".join(reasons) or (None if holds else why_not), id=check_id)
 
 
 def judge(p: dict, paper: dict, runs: dict[str, dict[str, Trajectory]]) -> list:
@@ -113,6 +127,7 @@ def _batchnorm(p, paper, group, marks) -> list:
     mp, mb = marks["plain"], marks["BatchNorm"]
     rise_plain, rise_bn = rise(plain, mp), rise(bn, mb)
     delayed_bn = delayed_rise(bn, mb, p["min_rise"])
+    first_min = mb.phases.first_descent
     return [
         claim("with BatchNorm there is no delayed robustness (chapter 01's rule: a rise of >= "
               f"{p['min_rise']:.0%} from the low after settling, onset >= 10x the settling step), "
@@ -122,18 +137,28 @@ def _batchnorm(p, paper, group, marks) -> list:
                              "onset step": step_at(bn, mb.onset)},
                "plain": {"rise": rise_plain, "onset step": step_at(plain, mp.onset),
                          "delayed": delayed_rise(plain, mp, p["min_rise"])}},
-              paper["bn-no-delayed-robustness"].value, id="bn-no-delayed-robustness"),
+              paper["bn-no-delayed-robustness"].value,
+              diagnosis=f"with BatchNorm the adversarial accuracy still rises by {rise_bn:.3f} "
+                        f"from step {step_at(bn, mb.onset):,}, at least half the plain network's "
+                        f"{rise_plain:.3f}" if delayed_bn and rise_bn >= 0.5 * rise_plain
+                        else None,
+              id="bn-no-delayed-robustness"),
         claim("with BatchNorm the LC around training digits is higher at the end of training",
               bn.lc_train[-1] > plain.lc_train[-1],
               {"BatchNorm": float(bn.lc_train[-1]), "plain": float(plain.lc_train[-1])},
-              paper["bn-higher-lc"].value, id="bn-higher-lc"),
+              paper["bn-higher-lc"].value,
+              diagnosis=None if bn.lc_train[-1] > plain.lc_train[-1] else
+              f"BatchNorm's final LC {bn.lc_train[-1]:.3f} is not above the plain network's "
+              f"{plain.lc_train[-1]:.3f}", id="bn-higher-lc"),
         lc_claim(f"with BatchNorm there is no first descent (the LC never falls below "
                  f"{1 - p['first_descent_margin']:.0%} of its value at initialisation before it "
                  "interpolates)",
-                 mb.phases.first_descent >= 1 - p["first_descent_margin"],
+                 first_min >= 1 - p["first_descent_margin"],
                  {"BatchNorm first minimum / initial": mb.phases.first_descent,
                   "plain first minimum / initial": mp.phases.first_descent},
-                 paper["bn-no-first-descent"].value, "bn-no-first-descent", group),
+                 paper["bn-no-first-descent"].value, "bn-no-first-descent", group,
+                 why_not=f"with BatchNorm the LC falls to {first_min:.2f} of its initial value "
+                         f"by step {step_at(bn, mb.phases.first_min):,}, before interpolating"),
     ]
 
 
@@ -147,11 +172,13 @@ def _train_size(p, paper, group, marks) -> list:
               "budget and before the smallest's)",
               ordered_later(onsets[::-1]),
               dict(zip(labels, onsets)), paper["size-onset-earlier"].value,
+              diagnosis=out_of_order("onset", labels[::-1], onsets[::-1]),
               id="size-onset-earlier"),
         lc_claim("with more training digits the LC's second descent (its peak) begins earlier "
                  "(at or before the smaller set's, and before the smallest set's)",
                  ordered_later(peaks[::-1]), dict(zip(labels, peaks)),
-                 paper["size-descent-earlier"].value, "size-descent-earlier", group),
+                 paper["size-descent-earlier"].value, "size-descent-earlier", group,
+                 why_not=out_of_order("LC peak", labels[::-1], peaks[::-1])),
     ]
 
 
@@ -163,7 +190,8 @@ def _random_labels(p, paper, group, marks) -> list:
                  "(its peak at or after the smaller set's, and later for the largest set than "
                  "for the smallest)",
                  ordered_later(peaks), dict(zip(labels, peaks)),
-                 paper["labels-ascent-delayed"].value, "labels-ascent-delayed", group),
+                 paper["labels-ascent-delayed"].value, "labels-ascent-delayed", group,
+                 why_not=out_of_order("LC peak", labels, peaks)),
         report("training accuracy at the end, per set (how much of the random labelling is "
                "memorised)", {k: float(group[k].train_acc[-1]) for k in labels},
                paper["labels-memorised"].value, id="labels-memorised"),
@@ -177,22 +205,28 @@ def _width(p, paper, group, marks) -> list:
     rising = [peak[w] for w in upto]
     runs_upto = {f"width {w}": group[f"width {w}"] for w in upto}
     peak_steps = [step_at(group[f"width {w}"], marks[f"width {w}"].phases.peak) for w in widths]
+    falls = [f"the peak falls from width {a} ({peak[a]:.2f}) to width {b} ({peak[b]:.2f})"
+             for a, b in zip(upto, upto[1:]) if peak[b] <= peak[a]]
     checks = [lc_claim("the peak LC of the ascent rises with the width, from 20 up to 1,000",
-                       len(upto) >= 2 and all(b > a for a, b in zip(rising, rising[1:])),
+                       len(upto) >= 2 and not falls,
                        {f"width {w}": peak[w] for w in upto}, paper["width-peak-rises"].value,
-                       "width-peak-rises", runs_upto, {k: marks[k] for k in runs_upto})]
+                       "width-peak-rises", runs_upto, {k: marks[k] for k in runs_upto},
+                       why_not="; ".join(falls) or "fewer than two widths up to 1,000")]
     checks.append(lc_claim("wider networks begin the second descent earlier (the LC's peak at or "
                            "before the narrower network's, and before the narrowest's)",
                            ordered_later(peak_steps[::-1]),
                            {f"width {w}": s for w, s in zip(widths, peak_steps)},
                            paper["width-migration-earlier"].value, "width-migration-earlier",
-                           group))
+                           group, why_not=out_of_order("LC peak", [f"width {w}" for w in widths][::-1],
+                                                       peak_steps[::-1])))
     if 2000 in widths and 1000 in widths:
         largest = {f"width {w}": group[f"width {w}"] for w in (1000, 2000)}
         checks.append(lc_claim("... and falls again at width 2,000", peak[2000] < peak[1000],
                                {"width 1000": peak[1000], "width 2000": peak[2000]},
                                paper["width-peak-falls"].value, "width-peak-falls", largest,
-                               {k: marks[k] for k in largest}))
+                               {k: marks[k] for k in largest},
+                               why_not=f"the peak at width 2,000 ({peak[2000]:.2f}) is not below "
+                                       f"width 1,000's ({peak[1000]:.2f})"))
     else:
         checks.append(report("the fall of the peak at width 2,000: not tested at this preset "
                              "(widths 1,000 and 2,000 are the paper preset's)",
@@ -206,17 +240,24 @@ def _stronger_attack(p, paper, t: Trajectory, m_pgd: Milestones) -> list:
     m_apgd = summarise(p, t, "apgd")
     gain = rise(t, m_apgd, "apgd")
     excess = float(np.max(t.apgd - t.pgd))
+    worst = int(np.argmax(t.apgd - t.pgd))
     return [
         claim(f"under APGD too the accuracy rises after the held-out accuracy settled "
               f"(by >= {p['min_rise_apgd']:.0%}, {p['apgd_run']})", gain >= p["min_rise_apgd"],
               {"low after settling": float(t.apgd[m_apgd.low]), "final": float(t.apgd[-1]),
                "rise": gain, "PGD rise": rise(t, m_pgd)},
-              paper["apgd-rises"].value, id="apgd-rises"),
+              paper["apgd-rises"].value,
+              diagnosis=None if gain >= p["min_rise_apgd"] else
+              f"under APGD the accuracy rises by only {gain:.3f} after settling (under PGD by "
+              f"{rise(t, m_pgd):.3f})", id="apgd-rises"),
         claim(f"APGD, the stronger attack, leaves at most PGD's accuracy at every checkpoint "
               f"(within {p['attack_slack']:.0%}: a check of the attacks, {p['apgd_run']})",
               excess <= p["attack_slack"],
               {"largest APGD - PGD": excess, "checkpoints": len(t.apgd)},
-              paper["apgd-below-pgd"].value, id="apgd-below-pgd"),
+              paper["apgd-below-pgd"].value,
+              diagnosis=None if excess <= p["attack_slack"] else
+              f"APGD leaves {excess:.3f} more accuracy than PGD at step {int(t.steps[worst]):,}",
+              id="apgd-below-pgd"),
     ]
 
 
