@@ -64,7 +64,9 @@ def ordered_later(steps: list[int | None]) -> bool:
 def out_of_order(what: str, labels: list[str], steps: list[int | None]) -> str | None:
     """Why `ordered_later(steps)` fails, in words (None where it holds): the first run that comes
     before the one ahead of it in the list, or a tie between the ends."""
-    at = lambda i: "not within the budget" if steps[i] is None else f"step {steps[i]:,}"  # noqa: E731
+    def at(i: int) -> str:
+        return "not within the budget" if steps[i] is None else f"step {steps[i]:,}"
+
     if steps[0] is None:
         return f"{what}: {labels[0]} {at(0)}, so nothing can come later"
     for i in range(1, len(steps)):
@@ -217,7 +219,7 @@ def _width(p, paper, group, marks) -> list:
                            ordered_later(peak_steps[::-1]),
                            {f"width {w}": s for w, s in zip(widths, peak_steps)},
                            paper["width-migration-earlier"].value, "width-migration-earlier",
-                           group, why_not=out_of_order("LC peak", [f"width {w}" for w in widths][::-1],
+                           group, why_not=out_of_order("LC peak", list(group)[::-1],
                                                        peak_steps[::-1])))
     if 2000 in widths and 1000 in widths:
         largest = {f"width {w}": group[f"width {w}"] for w in (1000, 2000)}
