@@ -24,6 +24,9 @@ def test_source_notebooks_are_stripped_and_have_a_verdict_cell():
         verdict = [c for c in code if "".join(c["source"]).startswith("# NBVAL_CHECK_OUTPUT")]
         assert len(verdict) == 1, f"{ch.notebook} needs one verdict cell"
         assert "run.verdict(" in "".join(verdict[0]["source"])
+        # nbformat 4.5 wants an id on every cell, and says so at every execution otherwise
+        ids = [c.get("id") for c in nb["cells"]]
+        assert all(ids) and len(set(ids)) == len(ids), f"{ch.notebook}: cells without an id"
 
 
 def _cells(chapter):
