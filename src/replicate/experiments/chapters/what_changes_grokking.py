@@ -310,7 +310,8 @@ def knob_figure(run, knob: str, group: dict[str, Trajectory]) -> tuple:
                f"$\\epsilon = {p['check_epsilon']:g}$ on {p['pgd_points']} held-out digits "
                "(solid) and on all held-out digits (dotted); bottom: LC of the hidden layers at "
                f"$r = {p['check_radius']:g}$ ($P = {p['lc_directions']}$) around "
-               f"{p['lc_points']} training digits, a dot at its peak. The paper's {where}. "
+               f"{p['lc_points']} training digits (all of them, where a run has fewer), a dot at "
+               f"its peak. The paper's {where}. "
                f"MNIST MLP {p['depth']}×{p['width']} on {p['n_train']} digits unless the knob "
                f"changes it, {steps:,} steps, {run.caption()}.")
     alt = (f"Two line plots over a logarithmic axis of optimisation steps, one line per "
