@@ -233,3 +233,15 @@ def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():
                 f"{name}: {caps['parameter']} {budget} at {caps['by']} {value} is below "
                 f"{caps['margin']} x the slowest seed's {max(crossings)}")
     assert recorded, "no chapter records how its caps were set"
+
+
+def test_every_unexecuted_paper_preset_says_its_time_once_without_its_own_tilde():
+    from replicate.harness.book_pages import paper_summary
+    for name, ch in config.chapters().items():
+        estimate = ch.get("paper_time")
+        if estimate is None:  # executed here: the scoreboard gives its verdict instead
+            continue
+        assert {"estimate", "basis", "short"} <= set(estimate), name
+        # the scoreboard writes "not run (~3 h)": a short of "~3 h" read "~~3 h", strikethrough
+        assert not estimate["short"].startswith("~"), (name, estimate["short"])
+        assert paper_summary(name, None, None, short=True).count("~") <= 1

@@ -177,7 +177,9 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path,
             rate = "" if s.get("deterministic") else pass_rate(s["reproduced"].get("ci95"))
             untested = len(s.get("inconclusive_seeds") or [])
             across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}" + (
-                f" ({rate})" if rate else "") + (f", {untested} inconclusive" if untested else "")
+                f" ({rate})" if rate else "") + (
+                # on a line of its own, so that it does not widen the column for every row
+                f"<br>{untested} inconclusive" if untested else "")
         paper = paper_summary(name, *papers.get(name, (None, None)), short=True)
         lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
                      f"{checks} | {across} | {paper} |")
