@@ -1,7 +1,6 @@
 """Chapter 10's runs: chapter 01's MNIST run with one knob turned at a time (BatchNorm, the
 number of training digits, how many digits the network must memorise with random labels, the
-width), each measured at
-every checkpoint as chapter 01 measures it.
+width), each measured at every checkpoint as chapter 01 measures it.
 
 A *knob group* is a list of runs that differ in one setting, all trained for the group's own
 step budget (`knob_steps`), so that within a group the checkpoints are the same steps. Each run
