@@ -64,7 +64,10 @@ def test_a_run_with_every_phase_in_order_reproduces_the_claim_with_its_numbers()
 
 
 def test_the_paper_column_is_the_chapters_paper_block():
-    checks = chapter.judge(P, PAPER, **planted())
+    late = planted(test_acc=(0.1, 0.1, 0.1, 0.1, 0.15, 0.3, 0.6, 0.9))  # generalises late
+    checks = (chapter.judge(P, PAPER, **planted())
+              + chapter.generalisation_half(P, PAPER, **planted())
+              + chapter.generalisation_half(P, PAPER, **late))
     assert [c.paper for c in checks] == [PAPER[c.id].value for c in checks]
     assert {c.id for c in checks} == set(PAPER)
     assert PAPER["adversarial-rise"].value == "groks adversarial examples after ~1e4 of 1e5 steps"
@@ -169,3 +172,46 @@ def test_lc_summary_leaves_the_output_layer_out_and_gives_99_percent_intervals()
     assert half["train"][0, 0] == pytest.approx(2.5758 * np.std([1, 2, 3, 4], ddof=1) / 2,
                                                 rel=1e-4)
     assert math.isnan(chapter.lc_summary({"train": counts[:, :, :1]})[1]["train"][0, 0])
+
+
+def generalisation(**changes):
+    (check,) = chapter.generalisation_half(P, PAPER, **planted(**changes))
+    return check
+
+
+def test_a_run_that_has_generalised_before_interpolating_leaves_the_generalisation_half_untested():
+    # the planted run: held-out 0.9 from step 10, interpolation at step 10 too; nothing to gain
+    check = generalisation()
+    assert check.kind == "report" and check.id == "generalisation-untested"
+    assert check.ours == {"interpolation step": 10, "held-out low after it": 0.9, "final": 0.9,
+                          "gain": 0.0, "onset step": None, "LC peak step": 100}
+
+
+@pytest.mark.parametrize("test_acc, kind", [
+    ((0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.2), "claim"),  # gains exactly 10 points
+    ((0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.19), "report"),  # 9 points
+])
+def test_generalisation_is_delayed_when_the_held_out_accuracy_gains_ten_points_after_interpolating(
+        test_acc, kind):
+    assert generalisation(test_acc=test_acc).kind == kind
+
+
+@pytest.mark.parametrize("test_acc, onset, passes", [
+    ((0.5, 0.2, 0.1, 0.1, 0.1, 0.3, 0.6, 0.9), 3000, True),  # LC peak at step 100, onset 3,000
+    ((0.5, 0.2, 0.1, 0.1, 0.16, 0.3, 0.6, 0.9), 1000, True),  # onset one checkpoint after the peak
+    ((0.5, 0.2, 0.1, 0.2, 0.3, 0.4, 0.6, 0.9), 100, False),  # onset at the peak: not before it
+])
+def test_the_second_descent_must_begin_before_the_held_out_accuracy_rises_five_points_from_its_low(
+        test_acc, onset, passes):
+    check = generalisation(test_acc=test_acc)
+    assert check.id == "descent-before-generalisation" and check.kind == "claim"
+    assert check.ours["onset step"] == onset and check.ours["LC peak step"] == 100
+    assert check.passed is passes
+
+
+def test_the_low_is_sought_from_interpolation_on_so_an_earlier_dip_does_not_count():
+    # held-out accuracy dips to 0.05 at step 1, before interpolation (step 10); from there its low
+    # is 0.2, so the gain to 0.5 is 30 points and the onset the first value above 0.25
+    check = generalisation(test_acc=(0.3, 0.05, 0.2, 0.2, 0.2, 0.2, 0.26, 0.5))
+    assert check.ours["held-out low after it"] == 0.2 and check.ours["gain"] == pytest.approx(0.3)
+    assert check.ours["onset step"] == 10000 and check.passed
