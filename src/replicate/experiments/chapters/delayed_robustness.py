@@ -131,20 +131,18 @@ def judge(p: dict, paper: dict, steps, train_acc, test_acc, adv: dict, lc_mean: 
     ]
 
 
-# The paper's sentence has two halves: "the second descent always precedes the onset of delayed
-# generalization or delayed robustness". `judge` tests the robustness half; this tests the other
-# half on the same run. Generalisation is delayed when the held-out accuracy still gains this much
-# after interpolation (from its lowest value at or after the interpolation checkpoint to the end);
-# its onset is the first checkpoint 5 points above that low, the robustness onset's rule.
-DELAYED_GENERALISATION_GAIN = 0.10
-
-
 def generalisation_half(p: dict, paper: dict, steps, train_acc, test_acc, adv: dict,
-                        lc_mean: dict) -> list:
-    """The check of "the second descent precedes the onset of delayed generalisation", with the
-    arguments of `judge`. A claim where the run generalises late; where it does not (this
-    chapter's run: the held-out accuracy has settled before interpolation), the half is untested
-    and a report says so, with the numbers that show it, so the claim counts in no ratio."""
+                        lc_mean: dict, min_gain: float = 0.10) -> list:
+    """The paper's sentence has two halves: "the second descent always precedes the onset of
+    delayed generalization or delayed robustness". `judge` tests the robustness half; this tests
+    the other on the same run, with `judge`'s arguments.
+
+    Generalisation is delayed when the held-out accuracy still gains `min_gain` after
+    interpolation (from its lowest value at or after the interpolation checkpoint to the end); its
+    onset is the first checkpoint 5 points above that low, the robustness onset's rule. A claim
+    where the run generalises late; where it does not (this chapter's run: the held-out accuracy
+    has settled by interpolation), the half is untested and a report says so, with the numbers
+    that show it, so it counts in no ratio."""
     steps, test_acc = np.asarray(steps), np.asarray(test_acc, dtype=float)
     m = milestones(p, train_acc, test_acc, adv, lc_mean)
     low = m.interp + int(np.argmin(test_acc[m.interp:]))
@@ -154,9 +152,9 @@ def generalisation_half(p: dict, paper: dict, steps, train_acc, test_acc, adv: d
             "final": float(test_acc[-1]), "gain": gain,
             "onset step": None if onset is None else int(steps[onset]),
             "LC peak step": int(steps[m.phases.peak])}
-    if gain < DELAYED_GENERALISATION_GAIN:
+    if gain < min_gain:
         return [report("second descent before delayed generalisation: untested, the held-out "
-                       f"accuracy gains < {DELAYED_GENERALISATION_GAIN:.0%} after interpolation "
+                       f"accuracy gains < {min_gain:.0%} after interpolation "
                        "(no delayed generalisation in this run)",
                        ours, paper["generalisation-untested"].value, id="generalisation-untested")]
     return [claim("the second descent begins before the onset of delayed generalisation (held-out "
