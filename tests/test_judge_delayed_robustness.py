@@ -183,6 +183,7 @@ def test_a_run_that_has_generalised_before_interpolating_leaves_the_generalisati
     # the planted run: held-out 0.9 from step 10, interpolation at step 10 too; nothing to gain
     check = generalisation()
     assert check.kind == "report" and check.id == "generalisation-untested"
+    assert "gains < 10 points after interpolation" in check.name  # accuracy points, not a ratio
     assert check.ours == {"interpolation step": 10, "held-out low after it": 0.9, "final": 0.9,
                           "gain": 0.0, "onset step": None, "LC peak step": 100}
 

@@ -154,7 +154,7 @@ def generalisation_half(p: dict, paper: dict, steps, train_acc, test_acc, adv: d
             "LC peak step": int(steps[m.phases.peak])}
     if gain < min_gain:
         return [report("second descent before delayed generalisation: untested, the held-out "
-                       f"accuracy gains < {min_gain:.0%} after interpolation "
+                       f"accuracy gains < {100 * min_gain:g} points after interpolation "
                        "(no delayed generalisation in this run)",
                        ours, paper["generalisation-untested"].value, id="generalisation-untested")]
     return [claim("the second descent begins before the onset of delayed generalisation (held-out "
