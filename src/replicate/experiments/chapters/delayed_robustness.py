@@ -149,8 +149,8 @@ def generalisation_half(p: dict, paper: dict, steps, train_acc, test_acc, adv: d
     gain = float(test_acc[-1] - test_acc[low])
     onset = first_index_above(test_acc, test_acc[low] + 0.05, start=low)
     ours = {"interpolation step": int(steps[m.interp]),
-            "held-out low after it": float(test_acc[low]), "final": float(test_acc[-1]), "gain": gain,
-            "onset step": None if onset is None else int(steps[onset]),
+            "held-out low after it": float(test_acc[low]), "final": float(test_acc[-1]),
+            "gain": gain, "onset step": None if onset is None else int(steps[onset]),
             "LC peak step": int(steps[m.phases.peak])}
     if gain < min_gain:
         return [report("second descent before delayed generalisation: untested, the held-out "
