@@ -282,6 +282,19 @@ def test_scoreboard_opens_with_the_headline_and_a_short_row_per_chapter(tmp_path
     assert "not yet run" in _row(page, "03 · Centroid alignment vs NTK")
 
 
+def test_a_paper_verdict_at_a_reduced_size_says_so_in_the_box_and_in_the_scoreboards_cell(tmp_path):
+    paper = dict(RECORD, preset="paper", overrides={"p": 47}, reproduced=False,
+                 checks=[dict(RECORD["checks"][0], passed=False)],
+                 reduced={"p": {"asked": 97, "used": 47, "why": "about 2 h a seed here, not 20"}})
+    page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path, {"07_optimizers": (paper, None)})
+    assert _row(page, "07 · Optimisers on ravines").endswith("| not reproduced 0/1 at p=47 |")
+    line = book_pages.paper_summary("07_optimizers", paper, None)
+    assert "Reduced to fit this CPU: p 47 where the paper has 97 (about 2 h a seed here, not 20)" in line
+    as_is = book_pages.paper_summary("07_optimizers", dict(paper, reduced=None), None)
+    assert "Reduced" not in as_is and "at p=47" not in book_pages.paper_summary(
+        "07_optimizers", dict(paper, reduced=None), None, short=True)
+
+
 def test_the_paper_verdict_stands_beside_the_cpu_one_with_its_seeds_device_and_data_limits(tmp_path):
     paper = dict(RECORD, preset="paper", reproduced=True, duration_s=312.0, gpu="NVIDIA H200",
                  device="cuda (NVIDIA H200)", checks=[dict(RECORD["checks"][0])],

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from replicate import config
+from replicate.config import RunSpec, get_chapter, paper_reduction
 from replicate.runtime import BOOK_DIR, PROJECT_ROOT
 
 
@@ -95,7 +96,10 @@ def test_published_paper_runs_are_pairs_at_the_paper_preset_from_clean_code():
         meta = json.loads(notebook.read_text())["metadata"].get("papermill", {})
         assert not meta.get("exception"), f"{notebook} holds a failed execution"
         record = json.loads((paper / f"{notebook.stem}.json").read_text())
-        assert record["preset"] == "paper" and record["overrides"] == {}, notebook.stem
+        # the paper preset as it is, or reduced only as its chapter.yaml declares (and recorded)
+        spec = RunSpec.from_record(record)
+        assert spec.preset == "paper" and paper_reduction(spec) is not None, notebook.stem
+        assert record.get("reduced", {}) == paper_reduction(spec), notebook.stem
         assert not record["dirty"] and not record["git_commit"].endswith("+dirty"), notebook.stem
     assert sorted(p.stem for p in paper.glob("*.ipynb")) == sorted(
         p.stem for p in paper.glob("*.json") if not p.name.endswith(".seeds.json"))
@@ -195,6 +199,31 @@ def test_publish_at_paper_puts_the_pair_in_results_paper_and_never_over_the_book
     assert cli_module.main(["run", "07_optimizers", "--publish", "--allow-dirty",
                             "--results-dir", str(tmp_path)]) == 0
     assert went["cpu"] == (ex.CLAIMS_DIR, tmp_path)
+
+
+def test_publish_at_paper_takes_only_the_reductions_the_chapter_declares(tmp_path, monkeypatch, capsys):
+    from replicate.harness import cli as cli_module
+    from replicate.harness import execute as ex
+
+    went = {}
+    monkeypatch.setattr(ex, "execute", lambda spec, claims, results, **kw: (
+        went.update({spec.label: (Path(claims), Path(results))}) or (True, "done")))
+    declared = {"p": {"used": 47, "why": "a CPU-sized modulus"}}
+    monkeypatch.setitem(get_chapter("05_slingshot_hessian").meta, "paper_reduced", declared)
+    base = ["run", "05_slingshot_hessian", "--preset", "paper", "--publish", "--allow-dirty",
+            "--results-dir", str(tmp_path)]
+    assert cli_module.main(base + ["-p", "p", "47", "-p", "seed", "3"]) == 0
+    assert went["paper + p=47 + seed=3"] == (tmp_path / "paper", tmp_path / "paper")
+    # any other -p value (or the declared one at another value) is refused before a kernel starts,
+    # and never lands on the book's chapter
+    for other in (["-p", "p", "53"], ["-p", "lr", "0.01"], ["-p", "p", "47", "-p", "cap", "40000"]):
+        went.clear()
+        assert cli_module.main(base + other) == 2 and went == {}
+        assert "published at the paper preset as it is or at -p p 47" in capsys.readouterr().err
+    spec = RunSpec.make("05_slingshot_hessian", "paper", {"p": 47, "seed": 3})
+    assert paper_reduction(spec) == {"p": {"asked": 97, "used": 47, "why": "a CPU-sized modulus"}}
+    assert paper_reduction(RunSpec.make("05_slingshot_hessian", "paper")) == {}
+    assert paper_reduction(RunSpec.make("05_slingshot_hessian", "cpu", {"p": 47})) is None
 
 
 def test_a_copy_without_git_history_records_the_commit_its_sender_named(monkeypatch):

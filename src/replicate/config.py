@@ -381,6 +381,22 @@ def validate(chapter: str, params: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
+def paper_reduction(spec: "RunSpec") -> dict | None:
+    """How a `paper` run differs from the paper's settings, where it differs only as its
+    chapter.yaml allows (`paper_reduced:`, a size this CPU can run and why): {name: {asked, used,
+    why}}, {} for the paper preset as it is, None for any other run (another preset, or -p values
+    the chapter does not declare). Only such a run is published as the chapter's paper verdict."""
+    if spec.preset != "paper":
+        return None
+    declared = get_chapter(spec.chapter).get("paper_reduced") or {}
+    given = spec.without_seed()
+    if any(name not in declared or declared[name]["used"] != value for name, value in given.items()):
+        return None
+    asked = load_preset(spec.chapter, "paper")
+    return {name: {"asked": asked[name], "used": value, "why": declared[name]["why"]}
+            for name, value in given.items()}
+
+
 # --------------------------------------------------------------------------------------------
 # A run's identity
 

@@ -87,17 +87,22 @@ def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
     if short:  # a table cell: the device and time are in the chapter's box and the list below it
         seeds = ("" if not paper_seeds else " (deterministic)" if paper_seeds.get("deterministic")
                  else f" ({paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds)")
-        return f"{word} {passed}/{total}{seeds}"
+        at = "".join(f" at {name}={format_value(v['used'])}" for name, v in (paper.get("reduced") or {}).items())
+        return f"{word} {passed}/{total}{at}{seeds}"
     across = (", seed " + str(paper["seed"]) if not paper_seeds else
               f", the same at {paper_seeds['reproduced']['n']} seeds (deterministic)"
               if paper_seeds.get("deterministic") else
               f", {paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds")
-    limits = "; ".join(f"{name} {v['used']} where the paper has {v['asked']} ({v['why']})"
-                       for name, v in (paper.get("data_limits") or {}).items())
+    def differs(entries: dict | None) -> str:
+        return "; ".join(f"{name} {format_value(v['used'])} where the paper has "
+                         f"{format_value(v['asked'])} ({v['why']})" for name, v in (entries or {}).items())
+
+    limits, reduced = differs(paper.get("data_limits")), differs(paper.get("reduced"))
     note = chapters()[chapter].get("paper_note")
     return (f"{word}, {passed}/{total} claim checks pass{across}; {runtime_text(paper)} on "
-            f"{paper['device']}, commit `{paper['git_commit']}`" + (f". Data: {limits}" if limits else "")
-            + (f". {note}" if note else ""))
+            f"{paper['device']}, commit `{paper['git_commit']}`"
+            + (f". Reduced to fit this CPU: {reduced}" if reduced else "")
+            + (f". Data: {limits}" if limits else "") + (f". {note}" if note else ""))
 
 
 def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,

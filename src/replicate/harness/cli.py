@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from ..config import (ConfigError, RunSpec, chapters, get_chapter, load_preset, parameter_notes,
-                      parse_seeds, parse_value, split_values)
+from ..config import (ConfigError, RunSpec, chapters, get_chapter, load_preset, paper_reduction,
+                      parameter_notes, parse_seeds, parse_value, split_values)
 from ..runtime import BOOK_DIR, PROJECT_ROOT, display_path, git_commit
 from . import execute as ex
 from . import lanes, scoreboard, seeds, sweep
@@ -81,7 +81,13 @@ def cmd_run(args) -> int:
         if args.claims_dir:
             claims = Path(args.claims_dir)
             targets[spec.chapter] = claims, Path(args.results_dir or claims)
-        elif args.publish and spec.preset == "paper" and not spec.overrides:
+        elif args.publish and spec.preset == "paper":
+            if paper_reduction(spec) is None:  # never over the book's chapter, never a tuned run
+                declared = get_chapter(spec.chapter).get("paper_reduced") or {}
+                raise ConfigError(
+                    f"{spec.chapter}: the paper verdict is published at the paper preset as it is"
+                    + (" or at " + ", ".join(f"-p {k} {v['used']}" for k, v in declared.items())
+                       if declared else "") + f"; {spec.label} is neither (run it without --publish)")
             paper = Path(args.results_dir or ex.RESULTS_DIR) / "paper"
             targets[spec.chapter] = paper, paper
         elif args.publish or ex.is_book_run(spec):
