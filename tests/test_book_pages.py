@@ -288,6 +288,8 @@ def test_a_paper_verdict_at_a_reduced_size_says_so_in_the_box_and_in_the_scorebo
                  reduced={"p": {"asked": 97, "used": 47, "why": "about 2 h a seed here, not 20"}})
     page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path, {"07_optimizers": (paper, None)})
     assert _row(page, "07 · Optimisers on ravines").endswith("| not reproduced 0/1 at p=47 |")
+    assert ("0 of the 1 executed so far reproduce (1 of them at a size this CPU runs, as its chapter "
+            "says)") in page
     line = book_pages.paper_summary("07_optimizers", paper, None)
     assert "Reduced to fit this CPU: p 47 where the paper has 97 (about 2 h a seed here, not 20)" in line
     as_is = book_pages.paper_summary("07_optimizers", dict(paper, reduced=None), None)

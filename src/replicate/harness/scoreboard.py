@@ -104,8 +104,10 @@ def headline(results: list[dict], seeds: dict[str, dict], papers: dict[str, tupl
     executed = [paper for paper, _ in (papers or {}).values() if paper is not None]
     if executed:
         ok = sum(p["reproduced"] for p in executed)
+        reduced = sum(bool(p.get("reduced")) for p in executed)
         text += (f"; at the papers' own settings, {ok} of the {len(executed)} executed so far "
-                 f"reproduce{'s' if ok == 1 else ''}")
+                 f"reproduce{'s' if ok == 1 else ''}"
+                 + (f" ({reduced} of them at a size this CPU runs, as its chapter says)" if reduced else ""))
     return text + "."
 
 
