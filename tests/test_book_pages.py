@@ -282,19 +282,24 @@ def test_scoreboard_opens_with_the_headline_and_a_short_row_per_chapter(tmp_path
     assert "not yet run" in _row(page, "03 · Centroid alignment vs NTK")
 
 
-def test_a_paper_verdict_at_a_reduced_size_says_so_in_the_box_and_in_the_scoreboards_cell(tmp_path):
-    paper = dict(RECORD, preset="paper", overrides={"p": 47}, reproduced=False,
-                 checks=[dict(RECORD["checks"][0], passed=False)],
-                 reduced={"p": {"asked": 97, "used": 47, "why": "about 2 h a seed here, not 20"}})
+def test_a_paper_verdict_at_a_reduced_size_says_so_in_the_box_and_in_the_scoreboards_cell(
+        tmp_path, monkeypatch):
+    from replicate.config import get_chapter
+
+    monkeypatch.setitem(get_chapter("07_optimizers").meta, "paper_reduced",
+                        {"iterations": {"used": 500, "why": "about 2 h a seed here, not 20"}})
+    paper = dict(RECORD, preset="paper", overrides={"iterations": 500}, reproduced=False,
+                 checks=[dict(RECORD["checks"][0], passed=False)])
     page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path, {"07_optimizers": (paper, None)})
-    assert _row(page, "07 · Optimisers on ravines").endswith("| not reproduced 0/1 at p=47 |")
+    assert _row(page, "07 · Optimisers on ravines").endswith("| not reproduced 0/1 at iterations=500 |")
     assert ("0 of the 1 executed so far reproduce (1 of them at a size this CPU runs, as its chapter "
             "says)") in page
     line = book_pages.paper_summary("07_optimizers", paper, None)
-    assert "Reduced to fit this CPU: p 47 where the paper has 97 (about 2 h a seed here, not 20)" in line
-    as_is = book_pages.paper_summary("07_optimizers", dict(paper, reduced=None), None)
-    assert "Reduced" not in as_is and "at p=47" not in book_pages.paper_summary(
-        "07_optimizers", dict(paper, reduced=None), None, short=True)
+    assert ("Reduced to fit this CPU: iterations 500 where the paper has 10000 (about 2 h a seed here, "
+            "not 20)") in line
+    as_is = dict(paper, overrides={})
+    assert "Reduced" not in book_pages.paper_summary("07_optimizers", as_is, None)
+    assert "at iterations" not in book_pages.paper_summary("07_optimizers", as_is, None, short=True)
 
 
 def test_the_paper_verdict_stands_beside_the_cpu_one_with_its_seeds_device_and_data_limits(tmp_path):

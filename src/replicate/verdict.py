@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import training
-from .config import RunSpec, counted, format_value, get_chapter, paper_reduction
+from .config import RunSpec, counted, format_value, get_chapter
 from .runtime import (atomic_write, cost_since, cost_snapshot, describe_device, display_path,
                       git_commit, provenance, results_dir, seed_everything)
 
@@ -223,8 +223,6 @@ class ChapterRun:
             **sent_commit(),
             "params": self.params,
             **({"data_limits": self.data_limits} if self.data_limits else {}),
-            # a paper run at a size this CPU runs (chapter.yaml's paper_reduced), with the paper's
-            **({"reduced": reduced} if (reduced := paper_reduction(self.spec)) else {}),
         }
 
     def save(self) -> str:

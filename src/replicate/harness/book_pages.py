@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import chapters, format_value, label
+from ..config import RunSpec, chapters, format_value, label, paper_reduction
 from ..runtime import atomic_write
 from ..verdict import badge, check_key, checks_table_html, inconclusive_count, word
 from .seeds import same_in_every_seed
@@ -72,6 +72,13 @@ def load_paper(chapter: str, results_dir: Path) -> tuple[dict | None, dict | Non
     return tuple(json.loads(f.read_text()) if f.exists() else None for f in found)
 
 
+def reduced_size(record: dict) -> dict:
+    """How a published paper run differs from the paper's settings: {name: {asked, used, why}}
+    from its -p values and its chapter.yaml's `paper_reduced` ({} for the paper preset as it is).
+    Read from the chapter, not the record, so that declaring a reduction changes no result code."""
+    return paper_reduction(RunSpec.from_record(record)) or {}
+
+
 def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
                   short: bool = False) -> str:
     """The verdict at the paper's own settings, in one line: its words, claim checks, seeds, device
@@ -87,7 +94,7 @@ def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
     if short:  # a table cell: the device and time are in the chapter's box and the list below it
         seeds = ("" if not paper_seeds else " (deterministic)" if paper_seeds.get("deterministic")
                  else f" ({paper_seeds['reproduced']['k']}/{paper_seeds['reproduced']['n']} seeds)")
-        at = "".join(f" at {name}={format_value(v['used'])}" for name, v in (paper.get("reduced") or {}).items())
+        at = "".join(f" at {name}={format_value(v['used'])}" for name, v in reduced_size(paper).items())
         return f"{word} {passed}/{total}{at}{seeds}"
     across = (", seed " + str(paper["seed"]) if not paper_seeds else
               f", the same at {paper_seeds['reproduced']['n']} seeds (deterministic)"
@@ -97,7 +104,7 @@ def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
         return "; ".join(f"{name} {format_value(v['used'])} where the paper has "
                          f"{format_value(v['asked'])} ({v['why']})" for name, v in (entries or {}).items())
 
-    limits, reduced = differs(paper.get("data_limits")), differs(paper.get("reduced"))
+    limits, reduced = differs(paper.get("data_limits")), differs(reduced_size(paper))
     note = chapters()[chapter].get("paper_note")
     return (f"{word}, {passed}/{total} claim checks pass{across}; {runtime_text(paper)} on "
             f"{paper['device']}, commit `{paper['git_commit']}`"

@@ -13,7 +13,7 @@ from ..config import chapters, counted, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
-                         readable, refresh_chapter_page, runtime_text, seeds_summary)
+                         readable, reduced_size, refresh_chapter_page, runtime_text, seeds_summary)
 from .seeds import load_seeds
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
@@ -104,7 +104,7 @@ def headline(results: list[dict], seeds: dict[str, dict], papers: dict[str, tupl
     executed = [paper for paper, _ in (papers or {}).values() if paper is not None]
     if executed:
         ok = sum(p["reproduced"] for p in executed)
-        reduced = sum(bool(p.get("reduced")) for p in executed)
+        reduced = sum(bool(reduced_size(p)) for p in executed)
         text += (f"; at the papers' own settings, {ok} of the {len(executed)} executed so far "
                  f"reproduce{'s' if ok == 1 else ''}"
                  + (f" ({reduced} of them at a size this CPU runs, as its chapter says)" if reduced else ""))
