@@ -210,22 +210,30 @@ def test_the_paper_preset_uses_the_most_digits_the_split_holds_and_records_what_
         assert fit_to_mnist_split(spec) == (dict(spec.params), {})
 
 
-def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():
-    """A chapter.yaml `caps` block records how a cpu budget was set: the crossing step of each
-    seed, per value of `by` (a list parameter, one cap per value), or per run of the chapter when
-    one cap serves them all, and the margin over the slowest. The preset must keep to it."""
-    recorded = 0
+def _recorded_caps():
+    """(chapter name, chapter, caps block, the parameters it sets a cap of): `caps` for the cpu
+    preset, `paper_caps` for the paper preset at the size chapter.yaml's `paper_reduced` names."""
     for name, chapter in config.chapters().items():
-        caps = chapter.get("caps")
-        if not caps:
-            continue
+        if chapter.get("caps"):
+            yield name, chapter, chapter.get("caps"), RunSpec.make(name, "cpu").params
+        if chapter.get("paper_caps"):
+            reduced = {k: v["used"] for k, v in (chapter.get("paper_reduced") or {}).items()}
+            yield name, chapter, chapter.get("paper_caps"), RunSpec.make(name, "paper", reduced).params
+
+
+def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():
+    """A chapter.yaml `caps` block records how a cpu budget was set (`paper_caps`: a paper one at
+    its declared size): the crossing step of each seed, per value of `by` (a list parameter, one
+    cap per value), or per run of the chapter when one cap serves them all, and the margin over
+    the slowest. The preset must keep to it."""
+    recorded = 0
+    for name, chapter, caps, params in _recorded_caps():
         recorded += 1
-        cpu = RunSpec.make(name, "cpu").params
         assert len(set(caps["seeds"])) >= 5, f"{name}: a cap needs at least 5 seeds"
         if "by" in caps:
-            pairs = zip(cpu[caps["by"]], cpu[caps["parameter"]])
+            pairs = zip(params[caps["by"]], params[caps["parameter"]])
         else:  # one cap for every run named under crossings
-            pairs = [(run, cpu[caps["parameter"]]) for run in caps["crossings"]]
+            pairs = [(run, params[caps["parameter"]]) for run in caps["crossings"]]
         for value, budget in pairs:
             crossings = caps["crossings"][value]
             assert len(crossings) == len(caps["seeds"]) and None not in crossings, (name, value)
