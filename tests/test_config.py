@@ -211,14 +211,14 @@ def test_the_paper_preset_uses_the_most_digits_the_split_holds_and_records_what_
 
 
 def _recorded_caps():
-    """(chapter name, chapter, caps block, the parameters it sets a cap of): `caps` for the cpu
+    """(chapter name, caps block, the parameters it sets a cap of): `caps` for the cpu
     preset, `paper_caps` for the paper preset at the size chapter.yaml's `paper_reduced` names."""
     for name, chapter in config.chapters().items():
         if chapter.get("caps"):
-            yield name, chapter, chapter.get("caps"), RunSpec.make(name, "cpu").params
+            yield name, chapter.get("caps"), RunSpec.make(name, "cpu").params
         if chapter.get("paper_caps"):
             reduced = {k: v["used"] for k, v in (chapter.get("paper_reduced") or {}).items()}
-            yield name, chapter, chapter.get("paper_caps"), RunSpec.make(name, "paper", reduced).params
+            yield name, chapter.get("paper_caps"), RunSpec.make(name, "paper", reduced).params
 
 
 def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():
@@ -227,7 +227,7 @@ def test_every_recorded_step_cap_is_set_by_the_slowest_of_at_least_five_seeds():
     cap per value), or per run of the chapter when one cap serves them all, and the margin over
     the slowest. The preset must keep to it."""
     recorded = 0
-    for name, chapter, caps, params in _recorded_caps():
+    for name, caps, params in _recorded_caps():
         recorded += 1
         assert len(set(caps["seeds"])) >= 5, f"{name}: a cap needs at least 5 seeds"
         if "by" in caps:

@@ -10,7 +10,9 @@ Each chapter has a folder `presets/<chapter>/`:
   reason shown when it fails), the `datasets:` it reads and the MNIST digits it needs
   (`data_needs:`); `shape_only:` overrides that cut `paper` down to minutes; `tolerance:` for
   `validate`; `paper:`, the numbers the paper gives that the chapter compares with
-  (`Chapter.paper`: each a value, the band it spans and where in the paper it is).
+  (`Chapter.paper`: each a value, the band it spans and where in the paper it is);
+  `paper_reduced:`, the -p values (and why) with which a paper run may still be published as the
+  chapter's paper verdict, where the paper's own size does not fit a CPU (`paper_reduction`).
 
 A run is a value: the chapter, a preset and the parameters changed from it. It is resolved and
 validated once here (`RunSpec.make`), passed to the notebook as its one parameter `spec`, and
