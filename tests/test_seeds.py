@@ -61,3 +61,26 @@ def test_the_seeds_file_carries_the_chapters_paired_clauses_and_the_page_shows_t
     row = next(line for line in lines if line.startswith("| clipping slows"))
     assert "**FAIL**: 2 of 5 seeds" in row and "| 2/5 (share" in row
     assert book_pages.paired_lines({"paired": []}) == []
+
+
+def test_a_clause_for_each_threshold_is_one_clause_per_item_with_its_value_and_check():
+    template = {**CLAUSE, "id": "slows-{i}", "clause": "clipping at {value} slows",
+                "check": "clipped-run-{i}-slower", "for_each": "clip_norms"}
+    one, two = (seeds.clauses_for([template, CLAUSE], {"clip_norms": norms})
+                for norms in ([0.01], [1.0, 0.01]))
+    assert [c["clause"] for c in one] == ["clipping at 0.01 slows", "clipping slows"]
+    assert [(c["id"], c["check"]) for c in two[:2]] == [("slows-1", "clipped-run-1-slower"),
+                                                         ("slows-2", "clipped-run-2-slower")]
+    assert two[0]["clause"] == "clipping at 1 slows" and "for_each" not in two[0]
+    assert seeds.clauses_for(None, {}) is None
+
+
+def test_chapter_05s_paper_group_judges_each_of_its_two_clipping_thresholds_by_its_own_run():
+    from replicate.config import RunSpec, get_chapter
+
+    params = RunSpec.make("05_slingshot_hessian", "paper", {"p": 47}).params
+    clauses = seeds.clauses_for(get_chapter("05_slingshot_hessian").get("across_seeds"), params)
+    slows = [c for c in clauses if c["check"].endswith("-slower")]
+    assert [(c["clause"].split(" slows")[0], c["check"]) for c in slows] == [
+        ("clipping the gradient norm at 1", "clipped-run-1-slower"),
+        ("clipping the gradient norm at 0.01", "clipped-run-2-slower")]

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
+from ..config import SCHEMA_PRESET, ConfigError, RunSpec, format_value, get_chapter
 from ..runtime import BOOK_DIR, atomic_write, display_path
 from ..verdict import check_key, inconclusive_count, reproduced as all_claims_pass
 from .result_code import code_provenance, difference_text
@@ -223,6 +223,26 @@ def paired_clause(clause: dict, records: dict[int, dict]) -> dict:
             "passed": passed, "inconclusive": inconclusive, "diagnosis": diagnosis}
 
 
+def clauses_for(clauses: list[dict] | None, params: dict) -> list[dict] | None:
+    """The chapter's across-seeds clauses (`across_seeds:`) for one group's parameters. An entry
+    with `for_each: NAME` stands for one clause per item of the list parameter NAME, with `{i}`
+    (counting from 1) and `{value}` filled in its id, clause and check: chapter 05 clips at one
+    threshold at cpu and at two at paper, and each threshold's run is its own check."""
+    if not clauses:
+        return clauses
+    out = []
+    for clause in clauses:
+        name = clause.get("for_each")
+        if name is None:
+            out.append(clause)
+            continue
+        for i, value in enumerate(params[name], start=1):
+            fill = {"i": i, "value": format_value(value)}
+            out.append({k: v.format(**fill) if k in ("id", "clause", "check") else v
+                        for k, v in clause.items() if k != "for_each"})
+    return out
+
+
 def same_in_every_seed(values: list[float], noise: float = 1e-9) -> bool:
     """Whether the seeds' values agree up to float rounding (`noise` of their size)."""
     return max(values) - min(values) <= noise * max(abs(v) for v in values) if values else True
@@ -308,7 +328,7 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
     runs, failed, note = collect_runs(chapter, preset, spec.overrides, results_dir, sweeps_dir)
     body = aggregate_records({seed: run["record"] for seed, run in runs.items()},
                              bool(get_chapter(chapter).get("deterministic")),
-                             get_chapter(chapter).get("across_seeds"))
+                             clauses_for(get_chapter(chapter).get("across_seeds"), spec.params))
     home = published_dir(preset, results_dir) or Path(results_dir)
     publication = home / f"{chapter}.json"
     published = json.loads(publication.read_text()).get("git_commit") if publication.exists() else None
