@@ -267,3 +267,19 @@ def test_runs_without_both_crossings_or_measures_have_no_onsets():
     assert not_generalised == ["b", "c"] and list(table.run) == ["a"]
     assert list(table.columns) == ["run", "t2", "t4", "measure", "onset", "lead", "lead share",
                                    "at t2", "at end"]
+
+
+def test_the_lead_share_figure_draws_a_marker_for_every_run_of_the_paper_preset(monkeypatch):
+    # paper: five training fractions and MNIST, one more run than the cpu preset's marker list held
+    import matplotlib
+
+    matplotlib.use("Agg")
+    drawn = {}
+    monkeypatch.setattr(chapter.plotting, "show", lambda fig, name, **kw: drawn.update(
+        {name: {line.get_label(): line.get_marker() for ax in fig.axes for line in ax.lines
+                if line.get_label().startswith(("mod", "MNIST"))}}))
+    runs = [f"mod 97, r = {r:g}" for r in (0.3, 0.4, 0.5, 0.6, 0.7)] + [MNIST]
+    chapter.figure_lead_shares({run: None for run in runs},
+                               leads({run: 0.1 * i for i, run in enumerate(runs)}), "caption")
+    markers = drawn["fig-09-lead-shares"]
+    assert set(markers) == set(runs) and len(set(markers.values())) == len(runs)

@@ -8,6 +8,8 @@ Every measure is judged by one rule (`progress.onsets`): its onset is the step a
 (t4 - onset) / (t4 - t2): above 0 it moved before the network generalised."""
 from __future__ import annotations
 
+import itertools
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -309,7 +311,7 @@ def figure_lead_shares(settings: dict, leads: pd.DataFrame, run_caption: str) ->
     """Every measure's lead share in every run, a black bar at its median."""
     fig, ax = plt.subplots(figsize=(8, 3.8))
     order = list(runs_of.MEASURES)
-    markers = dict(zip(settings, "osD^v"))
+    markers = dict(zip(settings, itertools.cycle("osD^v<>ph")))  # paper: five fractions + MNIST
     for i, measure in enumerate(order):
         sub = leads[(leads.measure == measure) & leads["lead share"].notna()]
         for j, (_, row) in enumerate(sub.iterrows()):
