@@ -345,6 +345,20 @@ def test_the_paper_presets_published_run_and_seeds_file_live_in_results_paper(tm
         sweeps / "07_optimizers" / "smoke.seeds.json"
 
 
+def test_a_paper_group_at_its_declared_reduced_size_is_published_beside_its_paper_run(tmp_path):
+    # Chapter 05 publishes its paper verdict at p = 47 (its chapter.yaml's `paper_reduced`): the
+    # seeds file of that group joins it in results/paper, where the page and the scoreboard read
+    # it; any other -p value is a sweep of its own and stays in the sweeps folder.
+    results, sweeps = tmp_path / "results", tmp_path / "sweeps"
+    chapter = "05_slingshot_hessian"
+    assert seeds.seeds_path(chapter, "paper", {"p": 47}, results, sweeps) == \
+        results / "paper" / f"{chapter}.seeds.json"
+    assert seeds.seeds_path(chapter, "paper", {"p": 23}, results, sweeps).parent == sweeps / chapter
+    assert seeds.seeds_path(chapter, "cpu", {"p": 47}, results, sweeps).parent == sweeps / chapter
+    assert seeds.seeds_path(chapter, "paper", {}, results, sweeps) == \
+        results / "paper" / f"{chapter}.seeds.json"
+
+
 # ------------------------------------------------------------------------------- with Ray
 
 

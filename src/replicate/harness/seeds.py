@@ -1,7 +1,7 @@
 """The verdict across seeds: which runs belong together (a group: one chapter, preset and set of
 non-seed overrides), and their statistics. Only a published group (preset `cpu` or `paper`, no
-overrides) is written beside its published verdict (`published_dir`), so a sweep at `smoke` or
-with `-p` never touches it.
+overrides, or at `paper` only the reduced sizes its chapter.yaml declares) is written beside its
+published verdict (`published_dir`), so a sweep at `smoke` or with another `-p` never touches it.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from ..config import SCHEMA_PRESET, ConfigError, RunSpec, format_value, get_chapter
+from ..config import SCHEMA_PRESET, ConfigError, RunSpec, format_value, get_chapter, paper_reduction
 from ..runtime import BOOK_DIR, atomic_write, display_path
 from ..verdict import check_key, inconclusive_count, reproduced as all_claims_pass
 from .result_code import code_provenance, difference_text
@@ -343,11 +343,13 @@ def aggregate(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | None 
 
 def seeds_path(chapter: str, preset: str, overrides: dict, results_dir: Path = RESULTS_DIR,
                sweeps_dir: Path = SWEEPS_DIR) -> Path:
-    """`book/results/<chapter>.seeds.json` for the book's group; any other in its sweeps folder."""
-    home = published_dir(preset, results_dir)
-    if home is not None and not overrides:
+    """`<chapter>.seeds.json` beside the published run for a published group (the book's, or the
+    paper preset's as published: as it is, or at the reduced size its chapter.yaml declares); any
+    other in its sweeps folder."""
+    home, spec = published_dir(preset, results_dir), RunSpec.make(chapter, preset, overrides)
+    if home is not None and (not overrides or paper_reduction(spec) is not None):
         return home / f"{chapter}.seeds.json"
-    name = RunSpec.make(chapter, preset, overrides).run_id(with_seed=False)
+    name = spec.run_id(with_seed=False)
     return Path(sweeps_dir) / chapter / f"{name}.seeds.json"
 
 
