@@ -103,6 +103,9 @@ def test_a_batchnorm_run_with_the_plain_runs_delayed_rise_fails_the_batchnorm_cl
 def test_a_batchnorm_run_with_a_first_descent_or_lower_lc_fails_those_claims():
     dipped = judged(**{"batchnorm: BatchNorm": run(lc=lc_curve(first_min=8.5, end=25.0))})
     assert not dipped["bn-no-first-descent"].passed and dipped["bn-higher-lc"].passed
+    assert dipped["bn-no-first-descent"].diagnosis == ("with BatchNorm the LC falls to 0.85 of its "
+                                                       "initial value by step 2, before "
+                                                       "interpolating")  # 8.5 / 10 at checkpoint 2
     assert not judged(**{"batchnorm: BatchNorm": run(lc=lc_curve(first_min=9.5, end=3.0))})[
         "bn-higher-lc"].passed
 

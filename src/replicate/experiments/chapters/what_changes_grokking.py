@@ -129,7 +129,7 @@ def _batchnorm(p, paper, group, marks) -> list:
     mp, mb = marks["plain"], marks["BatchNorm"]
     rise_plain, rise_bn = rise(plain, mp), rise(bn, mb)
     delayed_bn = delayed_rise(bn, mb, p["min_rise"])
-    first_min = mb.phases.first_descent
+    first_descent = mb.phases.first_descent
     return [
         claim("with BatchNorm there is no delayed robustness (chapter 01's rule: a rise of >= "
               f"{p['min_rise']:.0%} from the low after settling, onset >= 10x the settling step), "
@@ -155,11 +155,11 @@ def _batchnorm(p, paper, group, marks) -> list:
         lc_claim(f"with BatchNorm there is no first descent (the LC never falls below "
                  f"{1 - p['first_descent_margin']:.0%} of its value at initialisation before it "
                  "interpolates)",
-                 first_min >= 1 - p["first_descent_margin"],
+                 first_descent >= 1 - p["first_descent_margin"],
                  {"BatchNorm first minimum / initial": mb.phases.first_descent,
                   "plain first minimum / initial": mp.phases.first_descent},
                  paper["bn-no-first-descent"].value, "bn-no-first-descent", group,
-                 why_not=f"with BatchNorm the LC falls to {first_min:.2f} of its initial value "
+                 why_not=f"with BatchNorm the LC falls to {first_descent:.2f} of its initial value "
                          f"by step {step_at(bn, mb.phases.first_min):,}, before interpolating"),
     ]
 
@@ -204,7 +204,6 @@ def _width(p, paper, group, marks) -> list:
     widths = list(p["widths"])
     peak = {w: float(group[f"width {w}"].lc_train[marks[f"width {w}"].phases.peak]) for w in widths}
     upto = [w for w in widths if w <= 1000]
-    rising = [peak[w] for w in upto]
     runs_upto = {f"width {w}": group[f"width {w}"] for w in upto}
     peak_steps = [step_at(group[f"width {w}"], marks[f"width {w}"].phases.peak) for w in widths]
     falls = [f"the peak falls from width {a} ({peak[a]:.2f}) to width {b} ({peak[b]:.2f})"
