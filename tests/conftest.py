@@ -18,6 +18,7 @@ def _isolated(monkeypatch, tmp_path):
     monkeypatch.setenv("REPLICATE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("REPLICATE_NO_DOWNLOAD", "1")
     monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.delenv("REPLICATE_MNIST_SOURCE", raising=False)  # the default source, auto
     if "REPLICATE_DATA_DIR" not in os.environ:
         monkeypatch.setenv("REPLICATE_DATA_DIR", str(PROJECT_DATA))
 

