@@ -308,13 +308,18 @@ def render_about(config: dict, project_root: Path) -> str:
                                  repository=f" The code: <{url}>." if url else "") + "\n"
 
 
-def write_judging(judging_dir: Path, page: Path) -> Path:
+def write_judging(judging_dir: Path, page: Path, results_dir: Path | None = None) -> Path:
     """`judging.md`: the appendix's index, a link to each chapter's page `judging/<chapter>.md`
-    (its setup, measures, checks and changes from the paper), in book order."""
+    (its setup, measures, checks and changes from the paper), in book order; then every MNIST
+    check on the training digits against the test split (`data_sources`)."""
+    from .data_sources import RESULTS_DIR, comparison_section
+
     known = chapters()
     judged = [ch for ch in known if (Path(judging_dir) / f"{ch}.md").exists()]
     links = [f"{i}. {{doc}}`{known[ch].title} <judging/{ch}>`" for i, ch in enumerate(judged, 1)]
-    page.write_text("\n\n".join([TEXTS["judging_header"], "\n".join(links)]) + "\n")
+    comparison = comparison_section(results_dir or RESULTS_DIR)
+    page.write_text("\n\n".join([TEXTS["judging_header"], "\n".join(links),
+                                  *([comparison] if comparison else [])]).rstrip("\n") + "\n")
     return page
 
 
