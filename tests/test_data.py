@@ -394,3 +394,18 @@ def test_relabelling_at_random_is_exact_in_share_reproducible_and_never_the_true
     assert int(relabel_at_random(y, 1.0, seed=1)[1].sum()) == 1000
     with pytest.raises(ValueError, match="share"):
         relabel_at_random(y, 1.5, seed=1)
+
+
+def test_auto_never_downloads_and_standard_asks_torchvision_only_where_its_files_are_missing(
+        data_dir, monkeypatch):
+    from replicate import data
+
+    asked = []
+    monkeypatch.setattr(data, "_try_download", lambda root: asked.append(root) or False)
+    assert data.mnist_source(data_dir, download=True) == "training-digits"
+    load_mnist(data_dir, download=True, verbose=False)
+    assert asked == []  # a fresh clone trains on the digits the book was published from
+    monkeypatch.setenv("REPLICATE_MNIST_SOURCE", "standard")
+    with pytest.raises(FileNotFoundError, match="could not be downloaded"):
+        data.mnist_source(data_dir, download=True)
+    assert asked == [data_dir / "mnist"]

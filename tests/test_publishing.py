@@ -76,14 +76,14 @@ def test_a_notebook_executed_by_hand_leaves_the_book_byte_identical(monkeypatch,
     assert book_digest() == before
 
 
-def test_a_published_chapter_prints_its_verdict_but_names_no_file(monkeypatch, tmp_path, capsys):
+def test_a_published_chapter_prints_its_verdict_but_no_file_time_or_cache(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("REPLICATE_RESULTS_DIR", str(tmp_path))
     monkeypatch.setenv("REPLICATE_RESULTS_SHOWN", "")  # what `run` sets for the book
     run = ChapterRun(RunSpec.make(CHAPTER, "smoke"))
     run.verdict([claim("a", True, 1.0, "x")])
     run.save()
     out = capsys.readouterr().out
-    assert "REPRODUCED" in out and " s on " in out
+    assert "REPRODUCED" in out and " s on " not in out and "cache" not in out
     assert "written to" not in out and str(tmp_path) not in out
 
 

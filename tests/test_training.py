@@ -48,7 +48,10 @@ def test_train_loop_stops_on_nan_with_a_clear_message():
         train_loop(lambda t: 1.0, -1, [], lambda t: {})
 
 
-def test_run_cache_hit_and_miss(tmp_path, capsys):
+def test_run_cache_hit_and_miss(tmp_path, capsys, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="replicate.cache")
     calls = []
 
     def run():
@@ -57,7 +60,8 @@ def test_run_cache_hit_and_miss(tmp_path, capsys):
 
     assert cached_run("unit", {"lr": 0.1}, run) == {"result": 1}
     assert cached_run("unit", {"lr": 0.1}, run) == {"result": 1}  # hit: not recomputed
-    assert len(calls) == 1 and "reusing" in capsys.readouterr().out
+    assert len(calls) == 1 and "reusing" in caplog.text
+    assert "reusing" not in capsys.readouterr().out  # logged, not printed on the chapter's page
     assert cached_run("unit", {"lr": 0.2}, run) == {"result": 2}  # miss: new configuration
     assert config_key({"a": 1, "b": 2}) == config_key({"b": 2, "a": 1})
 

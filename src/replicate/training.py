@@ -11,6 +11,7 @@ import hashlib
 import io
 import importlib
 import json
+import logging
 import math
 import os
 import sys
@@ -329,6 +330,7 @@ def _decode_dataclass(spec: str, fields: Any, array: Callable[[str], np.ndarray]
 # How many runs this process took from the cache and how many it computed: a chapter's recorded
 # duration means little without it (a re-execution from the cache takes seconds).
 CACHE_STATS = {"reused": 0, "computed": 0}
+CACHE_LOG = logging.getLogger("replicate.cache")
 ENTRY_SUFFIX = ".npz"
 _HEADER, _LAYOUT = "header", "layout"  # the members that are not the result's arrays
 
@@ -436,8 +438,8 @@ def cached_run(name: str, config: dict[str, Any], run: Callable[[], Any], verbos
     if not os.environ.get("REPLICATE_NO_CACHE") and _entry_exists(path):
         ok, result = _load_entry(path, name, config, key)
         if ok:
-            if verbose:
-                print(f"{name}: reusing the finished run {path.name} from the run cache")
+            if verbose:  # a log line, not output: a chapter's page shows results, not its cache
+                CACHE_LOG.info("%s: reusing the finished run %s from the run cache", name, path.name)
             CACHE_STATS["reused"] += 1
             return result
         print(f"{name}: recomputing the run cache entry {display_path(path)}: {result}")

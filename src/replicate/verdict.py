@@ -235,8 +235,9 @@ class ChapterRun:
         cached = "training runs: {reused} reused from the cache, {computed} computed".format(**record["runs"])
         shown = os.environ.get(RESULTS_SHOWN_ENV)
         shown = display_path(path) if shown is None else shown
-        print(f"{record['duration_s']} s on {record['device']} ({cached}).")
-        if shown:  # a published chapter ("") names no file: the book's reader has none
+        if shown:  # a published chapter ("") names no file and no timing: its page shows the
+            # result; how it was made (time, device, cache) is in the record and the page's end
+            print(f"{record['duration_s']} s on {record['device']} ({cached}).")
             print(f"Verdict written to {shown}.")
         _display_checks(record["checks"])
         return str(path)
