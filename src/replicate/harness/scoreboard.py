@@ -12,7 +12,7 @@ import yaml
 from ..config import chapters, counted, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
-from .book_pages import (TEXTS, claim_counts, load_paper, paper_summary, pass_rate, preset_label,
+from .book_pages import (TEXTS, claim_counts, cold_time, load_paper, paper_summary, pass_rate, preset_label,
                          readable, reduced_size, refresh_chapter_page, runtime_text, seeds_summary)
 from .seeds import load_seeds
 
@@ -204,8 +204,8 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
             lines += ["", f"**{ch.title}.** {ch.claim} *Not yet run.*"]
             continue
         lines += ["", f"**{ch.title}.** {r['claim']}", "",
-                  f"Preset `{preset_label(r)}`, seed {r['seed']}, {runtime_text(r)} on "
-                  f"{r['device']}, commit `{r['git_commit']}`. Across seeds: "
+                  f"Preset `{preset_label(r)}`, seed {r['seed']} ({cold_time(name)} on one core "
+                  f"from an empty run cache). Across seeds: "
                   f"{seeds_summary(seeds.get(name))}. At the paper's settings: "
                   f"{paper_summary(name, *(papers or {}).get(name, (None, None)))}.", "",
                   "| Check | Kind | Result | Ours | Paper |", "|---|---|---|---|---|"]
@@ -374,8 +374,8 @@ def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str
     for name, ch in known.items():
         notebook = Path(claims_dir) / f"{name}.ipynb"
         exercises[name] = exercise_labels(notebook) if notebook.exists() else []
-        runs = [_load(Path(folder) / f"{name}.json") for folder in (smoke_dir, results_dir)]
-        times = " | ".join("not yet run" if r is None else runtime_text(r) for r in runs)
+        smoke = _load(Path(smoke_dir) / f"{name}.json")
+        times = ("not yet run" if smoke is None else runtime_text(smoke)) + f" | {cold_time(name)}"
         lines.append(f"| {chapter_link(name, ch.title, claims_dir)} | {times} | "
                      f"{len(exercises[name]) or '—'} |")
     levels = {name: exercise_levels(Path(claims_dir) / f"{name}.ipynb")
@@ -404,7 +404,8 @@ def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> 
              for ch in chapters()]
     papers = {ch: load_paper(ch, results_dir) for ch, _, _ in pages}
     return sum(refresh_chapter_page(notebook, record, load_seeds(ch, results_dir), JUDGING_DIR,
-                                    paper_summary(ch, *papers[ch]), paper_seeds=papers[ch][1])
+                                    paper_summary(ch, *papers[ch]), paper_seeds=papers[ch][1],
+                                    paper=papers[ch][0])
                for ch, notebook, record in pages if notebook.exists() and record)
 
 
