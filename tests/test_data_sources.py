@@ -52,3 +52,15 @@ def test_a_chapter_not_yet_re_run_on_the_training_digits_says_so_rather_than_com
 
 def test_without_any_archive_the_judging_page_has_no_comparison(tmp_path):
     assert data_sources.comparison_section(tmp_path) == ""
+
+
+def test_the_scoreboard_names_each_check_that_moved_with_both_verdicts(tmp_path):
+    _plant(tmp_path, "test-split", CHAPTER, _seeds({"a": [True] * 5, "b": [False] * 5}, 931))
+    _plant(tmp_path, "", CHAPTER, _seeds({"a": [False] * 5, "b": [False] * 5}, 470),
+           SOURCE_LABELS["training-digits"])
+    _plant(tmp_path, "test-split", "03_centroid_ntk", _seeds({"a": [True] * 5}, 1))
+    lines = data_sources.scoreboard_paragraph(tmp_path)
+    assert "Re-run on the training digits: 10 at `cpu`; 1 of their 2 claim checks changed" in lines[0]
+    assert "Not yet re-run on them: 03 at `cpu`." in lines[0]
+    assert lines[1] == ("- 10 at `cpu`, *check a*: passes on the test split (5/5 seeds), fails on "
+                        "the training digits (0/5).")

@@ -131,7 +131,7 @@ def comparison_section(results_dir: Path = RESULTS_DIR) -> str:
     rerun = {(r.chapter, r.preset) for r in rows if r.after is not None}
     moved = [r for r in rows if r.moved]
     waiting = sorted({(r.chapter, r.preset) for r in rows} - rerun)
-    lines = ["## Training digits against the test split", "",
+    lines = ["(data-comparison)=", "## Training digits against the test split", "",
              "The papers train on MNIST's training set. Until 2026-12-06 our MNIST chapters trained "
              "on half of MNIST's *test* set (5,000 digits, the other 5,000 held out); they now train "
              "on 5,000 official training digits and hold out all 10,000 test digits. Each claim "
@@ -156,3 +156,30 @@ def comparison_section(results_dir: Path = RESULTS_DIR) -> str:
         lines.append(f"| {known[r.chapter].title.split(' · ')[0]} `{r.preset}` | {mark}{name}{mark} "
                      f"| {_cell(r.before, True)} | {_cell(r.after, (r.chapter, r.preset) in rerun)} |")
     return "\n".join(lines) + "\n"
+
+
+def scoreboard_paragraph(results_dir: Path = RESULTS_DIR) -> list[str]:
+    """The scoreboard's lines on the data: what the MNIST chapters train on, and each claim check
+    whose verdict across seeds moved when they left the test split; [] without an archive."""
+    rows = [row for ch in chapters() for preset in PRESET_FOLDERS
+            for row in compare(ch, preset, results_dir)]
+    if not rows:
+        return []
+    known = chapters()
+    rerun = sorted({(r.chapter, r.preset) for r in rows if r.after is not None})
+    waiting = sorted({(r.chapter, r.preset) for r in rows} - set(rerun))
+    moved = [r for r in rows if r.moved]
+    name = lambda c, p: f"{c[:2]} at `{p}`"  # noqa: E731
+    counted = sum(r.after is not None for r in rows)
+    lines = [f"**The data.** The MNIST chapters train on 5,000 of MNIST's official training digits "
+             f"and hold out its 10,000 test digits, as the papers train on its training set; until "
+             f"2026-12-06 they trained on half of the test set."
+             + (f" Re-run on the training digits: {', '.join(name(*k) for k in rerun)}; "
+                f"{len(moved)} of their {counted} claim checks changed their verdict across seeds"
+                + (" (below)." if moved else ".") if rerun else "")
+             + (f" Not yet re-run on them: {', '.join(name(*k) for k in waiting)}." if waiting else "")
+             + " {ref}`The comparison, check by check <data-comparison>`."]
+    lines += [f"- {known[r.chapter].title.split(' · ')[0]} at `{r.preset}`, *{r.name}*: "
+              f"{r.before.verdict} on the test split ({r.before.passes} seeds), {r.after.verdict} "
+              f"on the training digits ({r.after.passes})." for r in moved]
+    return [*lines, ""]

@@ -193,8 +193,10 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
     """The scoreboard: the headline, one short row per chapter, then (folded) every chapter's
     claim and checks."""
     by_name, seeds = {r["chapter"]: r for r in results}, seeds or {}
+    from .data_sources import scoreboard_paragraph
+
     lines = [TEXTS["header"], headline(results, seeds, papers), "",
-             *summary_table(results, seeds, claims_dir, papers), "",
+             *summary_table(results, seeds, claims_dir, papers), "", *scoreboard_paragraph(),
              # folded, so that the table and its headline fit a screen and a half
              f":::{{dropdown}} {TEXTS['reading_header']}", *why_not(results, papers, seeds),
              TEXTS["scoreboard_legend"], "", provenance(results, seeds), ":::", "",
