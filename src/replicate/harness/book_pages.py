@@ -191,7 +191,7 @@ def provenance_box(record: dict, seeds: dict | None, paper: dict | None = None) 
                 + ", ".join(f"`{c}`" for c in commits) + " too, with the same result code."]
                if commits else []),
              *([line] if (line := paper_provenance(record["chapter"], paper)) else [])]
-    return "\n".join([f":::{{dropdown}} {PROVENANCE_TITLE}", ":class: provenance-box", "",
+    return "\n".join([f":::{{dropdown}} {PROVENANCE_TITLE}", ":class-container: provenance-box", "",
                       *(f"- {item}" for item in items), ":::"])
 
 

@@ -131,6 +131,7 @@ def comparison_section(results_dir: Path = RESULTS_DIR) -> str:
     rerun = {(r.chapter, r.preset) for r in rows if r.after is not None}
     moved = [r for r in rows if r.moved]
     waiting = sorted({(r.chapter, r.preset) for r in rows} - rerun)
+    unrun = [r for r in rows if r.after is None]
     lines = ["(data-comparison)=", "## Training digits against the test split", "",
              "The papers train on MNIST's training set. Until 2026-12-06 our MNIST chapters trained "
              "on half of MNIST's *test* set (5,000 digits, the other 5,000 held out); they now train "
@@ -138,10 +139,10 @@ def comparison_section(results_dir: Path = RESULTS_DIR) -> str:
              "check below is judged across the same seeds on both: *passes* in every seed, *fails* "
              "in none, *fragile* in between; under it, the check's first measured value (median "
              "over seeds, range in brackets).", "",
-             f"{len(moved)} of {sum(r.after is not None for r in rows)} re-run checks changed their "
-             f"verdict across seeds" + (f" (in bold)." if moved else ".")
-             + (" Not re-run on the training digits yet: " + ", ".join(
-                 f"{c[:2]} at `{p}`" for c, p in waiting) + "." if waiting else ""), "",
+             ((f"{len(moved)} of {len(rows) - len(unrun)} re-run checks changed their verdict across "
+              f"seeds" + (" (in bold). " if moved else ". ") if len(unrun) < len(rows) else "")
+             + ("Not re-run on the training digits yet: " + ", ".join(
+                 f"{c[:2]} at `{p}`" for c, p in waiting) + "." if waiting else "")).rstrip(), "",
              "| chapter | reproduced in seeds: test split | training digits |", "|---|---|---|"]
     for ch in known:
         for preset in PRESET_FOLDERS:
