@@ -137,8 +137,8 @@ def comparison_section(results_dir: Path = RESULTS_DIR) -> str:
              "on half of MNIST's *test* set (5,000 digits, the other 5,000 held out); they now train "
              "on 5,000 official training digits and hold out all 10,000 test digits. Each claim "
              "check below is judged across the same seeds on both: *passes* in every seed, *fails* "
-             "in none, *fragile* in between; under it, the check's first measured value (median "
-             "over seeds, range in brackets).", "",
+             "in none, *fragile* in between; under it, the check's first measured value (the median "
+             "over seeds, the range in parentheses).", "",
              ((f"{len(moved)} of {len(rows) - len(unrun)} re-run checks changed their verdict across "
               f"seeds" + (" (in bold). " if moved else ". ") if len(unrun) < len(rows) else "")
              + ("Not re-run on the training digits yet: " + ", ".join(
