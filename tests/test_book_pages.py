@@ -88,8 +88,10 @@ def test_box_goes_right_under_the_title_and_seeds_before_try_this(tmp_path):
     assert cells[1].metadata["tags"] == ["verdict-box"]
     assert "Verdict: not reproduced, 1/2 claim checks pass" in cells[1].source
     assert ":class: danger verdict-box" in cells[1].source
-    assert "{ref}`judging-07_optimizers`" in cells[1].source
-    assert "rests on one seed" in cells[1].source
+    assert "{ref}`How this claim is judged <judging-07_optimizers>`" in cells[1].source
+    assert "seed 0 only, not yet run across seeds" in cells[1].source
+    # the claim stands under the box, the result inside it
+    assert cells[1].source.endswith(f"**The claim.** {RECORD['claim']}")
     assert cells[2].source.startswith("> the claim")
     assert cells[-4].metadata["tags"] == ["across-seeds"] and "not been run across seeds" in cells[-4].source
     assert cells[-3].source.startswith("## Try this")
@@ -240,7 +242,7 @@ def test_across_seeds_says_when_the_seed_changes_nothing_and_names_unmatched_che
 def test_scoreboard_has_the_across_seeds_column_and_flags_mixed_commits():
     page = scoreboard.render([RECORD, dict(RECORD, chapter="03_centroid_ntk", git_commit="def+dirty")],
                              {"07_optimizers": SEEDS})
-    assert "| Across seeds |" in page and "not robust: 1/3 seeds reproduce" in page
+    assert "| At `cpu`: seeds reproducing |" in page and "not robust: 1/3 seeds reproduce" in page
     assert "not yet run across seeds" in page
     assert "from different or uncommitted code" in page and "`def+dirty`" in page
     clean = scoreboard.render([RECORD])
@@ -282,10 +284,11 @@ def test_across_seeds_leaves_out_a_row_with_nothing_to_show():
 
 def test_scoreboard_opens_with_the_headline_and_a_short_row_per_chapter(tmp_path):
     page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path)
-    assert "**0 of the 1 claims run so far reproduced** at preset `cpu`" in page
+    assert "**fragile, passing in some seeds and failing in others**: 07 · Optimisers on ravines" in page
+    assert "**not yet run**: 01 · Delayed robustness" in page
     row = _row(page, "07 · Optimisers on ravines")
-    assert row.count("|") == 5 and "verdict-badge not-reproduced" in row
-    assert "</span> 1/2 | 1/3 not robust | not run |" in row
+    assert row.count("|") == 5 and "verdict-badge fragile" in row
+    assert "</span> | 1/3 | not run |" in row
     assert RECORD["claim"] not in row and RECORD["claim"] in page  # the claim is further down
     assert "not yet run" in _row(page, "03 · Centroid alignment vs NTK")
 
@@ -300,8 +303,6 @@ def test_a_paper_verdict_at_a_reduced_size_says_so_in_the_box_and_in_the_scorebo
                  checks=[dict(RECORD["checks"][0], passed=False)])
     page = scoreboard.render([RECORD], {"07_optimizers": SEEDS}, tmp_path, {"07_optimizers": (paper, None)})
     assert _row(page, "07 · Optimisers on ravines").endswith("| not reproduced 0/1 at iterations=500 |")
-    assert ("0 of the 1 executed so far reproduce (1 of them at a size this CPU runs, as its chapter "
-            "says)") in page
     line = book_pages.paper_summary("07_optimizers", paper, None)
     assert ("Reduced to fit this CPU: iterations 500 where the paper has 10000 (about 2 h a seed here, "
             "not 20)") in line
@@ -327,9 +328,9 @@ def test_the_paper_verdict_stands_beside_the_cpu_one_with_its_seeds_device_and_d
     assert "312 s" not in line and "NVIDIA H200" not in line
     made = book_pages.provenance_box(RECORD, SEEDS, paper)
     assert "At the paper's settings: 312 s on cuda (NVIDIA H200), code at commit `abc123`" in made
-    box = book_pages.verdict_box(RECORD, SEEDS, None, line)
-    assert "**At the paper's settings** (preset `paper`). Reproduced, 1/1" in box
-    assert "At the paper's settings" not in book_pages.verdict_box(RECORD, SEEDS, None)
+    box = book_pages.verdict_box(RECORD, SEEDS, None, paper, paper_seeds)
+    assert "**At the paper's settings:** reproduced, 1/1 claim checks pass; 4 of 5 seeds" in box
+    assert "**At the paper's settings:** not run." in book_pages.verdict_box(RECORD, SEEDS, None)
     same = dict(paper_seeds, deterministic=True, reproduced={"k": 5, "n": 5})
     assert _row(scoreboard.render([RECORD], {}, tmp_path, {"07_optimizers": (paper, same)}),
                 "07 · Optimisers on ravines").endswith("| reproduced 1/1 (deterministic) |")
@@ -346,7 +347,7 @@ def test_the_intro_summary_goes_under_the_title_and_is_replaced_not_repeated(tmp
     intro.write_text("# The book\n\nWritten by hand.\n")
     first = scoreboard.write_intro_summary(results, intro).read_text()
     assert first.startswith("# The book\n\n" + scoreboard.INTRO_START)
-    assert "**0 of the 1 claims run so far reproduced**" in first
+    assert "**not reproduced**: 07 · Optimisers on ravines" in first
     assert first.rstrip().endswith("Written by hand.")
     assert scoreboard.write_intro_summary(results, intro).read_text() == first
 
@@ -511,26 +512,51 @@ def test_the_scoreboard_says_why_each_verdict_that_fails_fails_at_each_setting(t
                                    dict(RECORD["checks"][0], name="second", passed=False, ours=3)])
     paper = dict(RECORD, preset="paper", reproduced=True, checks=[dict(RECORD["checks"][0])])
     page = scoreboard.render([failing], {}, tmp_path, {"07_optimizers": (paper, None)})
-    lines = [ln for ln in page.splitlines() if ln.startswith("- **07")]
-    assert lines == ["- **07 · Optimisers on ravines** at `cpu`: adam reaches it (ours: 0.2; paper: yes); "
-                     "second (ours: 3; paper: yes)."]  # the paper run passes: no line for it
-    assert "at the papers' own settings, 1 of the 1 executed so far reproduces" in page
-    # one failing check of two: named, the passing one and the report line are not
-    assert scoreboard.why_not([RECORD])[0] == ("- **07 · Optimisers on ravines** at `cpu`: sgd does not "
-                                               "(ours: 0; paper: no).")
+    why = page.split("## Why a claim does not hold", 1)[1].split(":::", 1)[0]
+    # every failing check, each on its own line (never "and N more"); the paper run passes
+    assert [ln for ln in why.splitlines() if ln.startswith("- ")] == [
+        "- **07 · Optimisers on ravines** at `cpu`:"]
+    assert [ln for ln in why.splitlines() if ln.startswith("  - ")] == [
+        '  - <span class="finding">adam reaches it: fail</span>',
+        '  - <span class="finding">second: fail</span>']
+    assert "more" not in why
+    assert "**reproduced at the paper's settings but not at our reduction**: 07 · Optimisers on ravines" in page
+    # one failing check of two: only it is named
+    assert scoreboard.why_not([RECORD]) == ["- **07 · Optimisers on ravines** at `cpu`:",
+                                            '  - <span class="finding">sgd does not: fail</span>', ""]
     assert scoreboard.why_not([dict(RECORD, checks=[RECORD["checks"][0]])]) == []
-    # with seeds, the line says what the seeds measured, not the published run's one value
-    seeds = {"checks": [{"name": "sgd does not", "kind": "claim", "k": 1, "n": 5}],
-             "values": [{"check": "sgd does not", "key": "distance", "range": [0.25, 1250.0]},
-                        {"check": "adam reaches it", "key": None, "range": [0.01, 0.03]}]}
-    assert scoreboard.why_not([RECORD], seeds={"07_optimizers": seeds})[0] == (
-        "- **07 · Optimisers on ravines** at `cpu`: sgd does not (ours: passes in 1 of 5 seeds; "
-        "distance 0.25 to 1,250 over seeds; paper: no).")
-    paper_line = scoreboard.why_not([], {"07_optimizers": (dict(RECORD, preset="paper"), seeds)})
-    assert "at `paper`: sgd does not (ours: passes in 1 of 5 seeds;" in paper_line[0]
-    seeds["values"][0]["range"] = [0.356, 0.356]  # a deterministic chapter: one value
-    assert "passes in 1 of 5 seeds; distance 0.356 in every seed; paper: no" in (
-        scoreboard.why_not([RECORD], seeds={"07_optimizers": seeds})[0])
+    # with seeds: how many seeds pass each check; a check the published run passes but another
+    # seed fails is listed too, said as the published run's
+    seeds = {"reproduced": {"k": 1, "n": 5},
+             "checks": [{"name": "sgd does not", "kind": "claim", "k": 1, "n": 5},
+                        {"name": "adam reaches it", "kind": "claim", "k": 4, "n": 5}]}
+    lines = scoreboard.why_not([RECORD], seeds={"07_optimizers": seeds})
+    assert lines[1:3] == ['  - <span class="finding">Seed 0 passes: adam reaches it: pass</span> '
+                          '(4 of 5 seeds pass)',
+                          '  - <span class="finding">sgd does not: fail</span> (1 of 5 seeds pass)']
+    paper_lines = scoreboard.why_not([], {"07_optimizers": (dict(RECORD, preset="paper"), seeds)})
+    assert paper_lines[0] == "- **07 · Optimisers on ravines** at `paper`:"
+    # a claim that holds in every seed has no entry, whatever one check's published value
+    assert scoreboard.why_not([RECORD], seeds={"07_optimizers": dict(
+        seeds, reproduced={"k": 5, "n": 5})}) == []
+
+
+def test_a_claims_state_comes_from_its_seeds_at_both_settings():
+    state = scoreboard.claim_state
+    ok, bad = dict(RECORD, reproduced=True), dict(RECORD, reproduced=False)
+    seeds = lambda k, n=5: {"reproduced": {"k": k, "n": n}}  # noqa: E731
+    assert state(ok, seeds(5), ok, seeds(5)) == "reproduced"
+    assert state(ok, seeds(5), bad, seeds(0)) == "reduced-only"
+    assert state(ok, seeds(5), None, None) == "paper-not-run"
+    # the published run passes, but two seeds of five fail: fragile, not reproduced
+    assert state(ok, seeds(3), None, None) == "fragile"
+    assert state(ok, seeds(5), ok, seeds(2)) == "fragile"
+    assert state(bad, seeds(0), None, None) == "not-reproduced"
+    assert state(bad, seeds(0), ok, None) == "paper-only"
+    # without seeds, the one run decides; deterministic seeds are one run
+    assert state(bad, None, None, None) == "not-reproduced"
+    assert state(ok, dict(seeds(5), deterministic=True), bad, None) == "reduced-only"
+    assert state(None, None, None, None) == "not-yet-run"
 
 
 def test_the_theme_keeps_the_rules_of_the_icons_in_use_and_drops_the_others():
@@ -584,16 +610,19 @@ def test_the_scoreboards_checks_read_as_text_and_a_failure_stands_out():
     assert "| b | claim | **FAIL** |" in page and "| c | claim | **INCONCLUSIVE** |" in page
 
 
-def test_the_intro_says_why_each_failure_fails_and_what_the_interval_is(tmp_path):
+def test_the_intro_says_what_holds_in_words_and_points_to_why_the_rest_fails(tmp_path):
     intro = tmp_path / "intro.md"
     intro.write_text("# Title\n\nText by hand.\n")
     text = scoreboard.write_intro_summary(BOOK_DIR / "results", intro, BOOK_DIR / "claims").read_text()
+    first = text.split(scoreboard.INTRO_START, 1)[1].strip().split("\n\n", 1)[0]
+    assert first.startswith("Of the 10 claims, judged across seeds:")
+    for state in set(scoreboard.states(scoreboard.load_results(BOOK_DIR / "results"), {
+            ch: s for ch in config.chapters() if (s := load_seeds(ch, BOOK_DIR / "results"))},
+            scoreboard.load_papers(BOOK_DIR / "results")).values()):
+        assert state == "not-yet-run" or "**" in first
+    assert "{ref}`scoreboard <why-not-reproduced>`" in text
     fold = text.split(scoreboard.TEXTS["reading_header"], 1)[1].split(scoreboard.INTRO_END)[0]
     assert "Clopper-Pearson" in fold and "Text by hand." in text
-    failing = [r for r in scoreboard.load_results(BOOK_DIR / "results") if not r["reproduced"]]
-    titles = [scoreboard.short_title(config.chapters()[r["chapter"]]) for r in failing]
-    assert titles and all(f"**{title}** at `cpu`" in fold for title in titles)
-    assert "{" not in fold.split("*Reproduced*")[0]  # measured values as words, not dicts
 
 
 def test_reader_pages_name_no_commit_but_their_own_and_the_changes_page_keeps_the_history():

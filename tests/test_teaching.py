@@ -193,7 +193,7 @@ def test_chapter_box_states_the_preset_and_the_folded_box_what_a_run_costs_from_
               "preset": "cpu", "seed": 0, "duration_s": 114.8, "device": "cpu (1 thread)",
               "git_commit": "abc", "runs": {"reused": 1, "computed": 0}}
     box = verdict_box(record, None, None)
-    assert "preset `cpu` at seed 0" in box and "115 s" not in box and "cache" not in box
+    assert "**At `cpu`** (this page, seed 0)" in box and "115 s" not in box and "cache" not in box
     made = provenance_box(record, None)
     cold = config.get_chapter("07_optimizers").get("cpu_cold_s")
     assert "in 115 s, 1 of 1 training runs taken from the run cache" in made

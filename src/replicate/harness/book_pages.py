@@ -147,30 +147,54 @@ def cold_time(chapter: str) -> str:
 PROVENANCE_TITLE = "How this page was made"
 
 
+def seeds_line(seeds: dict | None, record: dict) -> str:
+    """'3 of 5 seeds reproduce the whole claim', or what stands in for it."""
+    if not seeds:
+        return f"seed {record['seed']} only, not yet run across seeds"
+    k, n = seeds["reproduced"]["k"], seeds["reproduced"]["n"]
+    if seeds.get("deterministic"):
+        return f"every one of {n} seeds gives the same numbers"
+    return f"{k} of {n} seeds reproduce the whole claim"
+
+
+def paper_box_line(chapter: str, paper: dict | None, paper_seeds: dict | None) -> str:
+    """The box's line on the paper's settings: the verdict, its seeds and one finding; or how
+    long it would take where it has not run."""
+    from .findings import lead_finding
+
+    if paper is None:
+        estimate = chapters()[chapter].get("paper_time")
+        return f"not run{' (about ' + estimate['short'] + ' on one core)' if estimate else ''}."
+    passed, total = claim_counts(paper)
+    word = "reproduced" if paper["reproduced"] else "not reproduced"
+    at = "".join(f", at {name} = {format_value(v['used'])} (the paper: {format_value(v['asked'])})"
+                 for name, v in reduced_size(paper).items())
+    return (f"{word}, {passed}/{total} claim checks pass{at}; {seeds_line(paper_seeds, paper)}. "
+            f"{lead_finding(paper)}")
+
+
 def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
-                paper_line: str | None = None) -> str:
-    """The box under the title: the claim and its verdict at `cpu`, across seeds and at the
-    paper's settings, and the digits it trained on. How the page was made is in
-    `provenance_box`, at the page's end."""
+                paper: dict | None = None, paper_seeds: dict | None = None) -> str:
+    """The box under the title: the verdict at `cpu` with one finding, the verdict across seeds,
+    and the verdict at the paper's settings with one finding; then the claim, under the box. How
+    the page was made is in `provenance_box`, at the page's end."""
+    from .findings import lead_finding
+
     passed, total = claim_counts(record)
     word, style = ("reproduced", "tip") if record["reproduced"] else ("not reproduced", "danger")
     untested = inconclusive_count(record["checks"])
+    digits = data_note(record)
     lines = [f":::{{admonition}} Verdict: {word}, {passed}/{total} claim checks pass"
              + (f", {untested} inconclusive" if untested else ""),
              f":class: {style} verdict-box", "",
-             f"**Claim.** {record['claim']}", "",
-             f"**This page** runs preset `{preset_label(record)}` at seed {record['seed']}"
-             + (f", trained on {digits}" if (digits := data_note(record)) else "")
-             + ". The checks are listed under *Verdict* further down.", ""]
-    lines.append(f"**Across seeds.** {seeds_summary(seeds).capitalize()} (seeds "
-                 f"{', '.join(map(str, seeds['seeds']))}); see *Across seeds* below." if seeds
-                 else f"**Across seeds.** {TEXTS['box_one_seed']}")
-    if paper_line:
-        lines += ["", f"**At the paper's settings** (preset `paper`). {paper_line[0].upper()}"
-                      f"{paper_line[1:]}."]
+             f"**At `{preset_label(record)}`** (this page, seed {record['seed']}): "
+             f"{lead_finding(record)}", "",
+             f"**Across seeds:** {seeds_line(seeds, record)}.", "",
+             f"**At the paper's settings:** {paper_box_line(record['chapter'], paper, paper_seeds)}"]
     if judged_label:
-        lines += ["", f"How this claim is judged: {{ref}}`{judged_label}`."]
-    lines.append(":::")
+        lines += ["", f"{{ref}}`How this claim is judged <{judged_label}>`."]
+    lines += [":::", "", f"**The claim.** {record['claim']}"
+              + (f" *Trained on {digits}.*" if digits else "")]
     return "\n".join(lines)
 
 
@@ -190,7 +214,9 @@ def provenance_box(record: dict, seeds: dict | None, paper: dict | None = None) 
              *([f"Its seeds ran at commit{'s' if len(commits) > 1 else ''} "
                 + ", ".join(f"`{c}`" for c in commits) + " too, with the same result code."]
                if commits else []),
-             *([line] if (line := paper_provenance(record["chapter"], paper)) else [])]
+             *([line] if (line := paper_provenance(record["chapter"], paper)) else []),
+             *([f"The paper run's verdict in full: {paper_summary(record['chapter'], paper, None)}."]
+               if paper else [])]
     return "\n".join([f":::{{dropdown}} {PROVENANCE_TITLE}", ":class-container: provenance-box", "",
                       *(f"- {item}" for item in items), ":::"])
 
@@ -343,7 +369,28 @@ def across_seeds_section(record: dict, seeds: dict | None,
     spreads = [v for v in values if v.get("sd") is not None]
     if n > 1 and spreads and all(exact_across_seeds(v) for v in spreads):
         lines += ["", TEXTS["seeds_identical"]]
+    if line := data_comparison_line(name, seeds["preset"]):
+        lines += ["", line]
     return "\n".join(lines)
+
+
+def data_comparison_line(chapter: str, preset: str = "cpu") -> str:
+    """What training on MNIST's training digits, not half of its test set, changed in this
+    chapter's verdict across seeds ("" where the chapter has no test-split archive or is not
+    re-run on the training digits yet)."""
+    from .data_sources import compare, verdicts
+
+    before, after = verdicts(chapter, preset)
+    if before is None or after is None:
+        return ""
+    moved = [r for r in compare(chapter, preset) if r.moved]
+    said = ("; ".join(f"*{r.name}* {r.before.verdict} there ({r.before.passes}), "
+                      f"{r.after.verdict} here ({r.after.passes})" for r in moved)
+            if moved else "no claim check changed its verdict across seeds")
+    return (f"**The training digits against the test split.** On half of MNIST's test set, where "
+            f"this chapter trained before, the claim reproduced in {before.passes} seeds; on the "
+            f"training digits it reproduces in {after.passes}: {said}. "
+            "{ref}`Every MNIST check on both <data-comparison>`.")
 
 
 def run_yourself_section(record: dict) -> str:
@@ -360,8 +407,8 @@ def run_yourself_section(record: dict) -> str:
         f".venv/bin/python -m replicate list {name}                 # its parameters",
         f".venv/bin/python -m replicate run {name} -p seed 1        # one change -> runs/",
         "```", "",
-        f"At `cpu` this chapter takes {cold_time(name)} on one core from an empty run "
-        f"cache. In Jupyter, open "
+        f"At `cpu` this chapter takes {cold_time(name)} on one core, computed from scratch "
+        f"(a second run reuses the trainings it kept). In Jupyter, open "
         f"`notebooks/{name}.ipynb` and edit its `parameters` cell; with papermill:", "",
         "```bash",
         f".venv/bin/papermill notebooks/{name}.ipynb out.ipynb -k python3 \\",
@@ -458,7 +505,7 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
                              first.metadata))
         first.source = title
     # Fixed ids, so that refreshing a page with the same results changes nothing.
-    box = verdict_box(record, seeds, judging_label(record["chapter"], judging_dir), paper_line)
+    box = verdict_box(record, seeds, judging_label(record["chapter"], judging_dir), paper, paper_seeds)
     cells.insert(1, cell(box, BOX_TAG, {"tags": [BOX_TAG]}))
     # Across seeds comes before the chapter's summary ("What this shows"), or its exercises.
     ending = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and any(

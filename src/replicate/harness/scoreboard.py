@@ -87,71 +87,111 @@ def verdict_badge(record: dict | None) -> str:
     return f'<span class="verdict-badge {text.replace(" ", "-")}">{text}</span>'
 
 
+def holds(record: dict | None, seeds: dict | None) -> str | None:
+    """Whether a claim holds at one setting, from its seeds where it has them (the published run
+    is one draw): "holds" in every seed, "fails" in every seed, "fragile" in between; None where
+    the setting has not run."""
+    if record is None:
+        return None
+    if seeds and seeds["reproduced"]["n"] > 1 and not seeds.get("deterministic"):
+        k, n = seeds["reproduced"]["k"], seeds["reproduced"]["n"]
+        return "holds" if k == n else "fails" if k == 0 else "fragile"
+    return "holds" if record["reproduced"] else "fails"
+
+
+# One state per claim over both settings; the badge's class is the key.
+STATES = {"reproduced": "reproduced", "reduced-only": "reproduced only at our reduction",
+          "paper-only": "reproduced only at the paper's settings", "fragile": "fragile",
+          "not-reproduced": "not reproduced", "paper-not-run": "paper's settings not run",
+          "not-yet-run": "not yet run"}
+
+
+def claim_state(record: dict | None, seeds: dict | None, paper: dict | None,
+                paper_seeds: dict | None) -> str:
+    """The claim's one state (a key of STATES) from its seeds at `cpu` and at `paper`."""
+    ours, theirs = holds(record, seeds), holds(paper, paper_seeds)
+    if ours is None:
+        return "not-yet-run"
+    if "fragile" in (ours, theirs):
+        return "fragile"
+    if ours == "fails":
+        return "paper-only" if theirs == "holds" else "not-reproduced"
+    return {None: "paper-not-run", "holds": "reproduced", "fails": "reduced-only"}[theirs]
+
+
+def state_badge(state: str) -> str:
+    return f'<span class="verdict-badge {state}">{STATES[state]}</span>'
+
+
+def states(results: list[dict], seeds: dict[str, dict],
+           papers: dict[str, tuple] | None = None) -> dict[str, str]:
+    by_name, papers = {r["chapter"]: r for r in results}, papers or {}
+    return {name: claim_state(by_name.get(name), seeds.get(name), *papers.get(name, (None, None)))
+            for name in chapters()}
+
+
 def headline(results: list[dict], seeds: dict[str, dict], papers: dict[str, tuple] | None = None) -> str:
-    """One sentence: how many claims reproduced, how many are robust, what is not run yet, and
-    how many of those executed at the paper's own settings reproduce there."""
-    run = [r for r in results if r["chapter"] in chapters()]
-    ok = sum(reproduced(r["checks"]) for r in run)
-    robust = sum(bool((seeds.get(r["chapter"]) or {}).get("robust")) for r in run)
-    presets = sorted({preset_label(r) for r in run})
-    at = f"at preset `{presets[0]}`" if len(presets) == 1 else "at the presets the chapters name"
-    text = (f"**{ok} of the {len(run)} claims run so far reproduced** {at}, and {robust} of "
-            f"them are robust across seeds")
-    if same := sum(bool((seeds.get(r["chapter"]) or {}).get("deterministic")) for r in run):
-        text += f" ({same} deterministic: the seed changes nothing there)"
-    if pending := len(chapters()) - len(run):
-        text += f"; {pending} chapter{'s' if pending > 1 else ''} not yet run"
-    executed = [paper for paper, _ in (papers or {}).values() if paper is not None]
-    if executed:
-        ok = sum(p["reproduced"] for p in executed)
-        reduced = sum(bool(reduced_size(p)) for p in executed)
-        text += (f"; at the papers' own settings, {ok} of the {len(executed)} executed so far "
-                 f"reproduce{'s' if ok == 1 else ''}"
-                 + (f" ({reduced} of them at a size this CPU runs, as its chapter says)" if reduced else ""))
-    return text + "."
+    """What holds and what does not, in words: the chapters in each state, from their seeds."""
+    found = states(results, seeds, papers)
+    said = {"reproduced": "reproduced at our reduction and at the paper's own settings",
+            "paper-not-run": "reproduced at our reduction, the paper's settings not run",
+            "reduced-only": "reproduced at our reduction but not at the paper's settings",
+            "paper-only": "reproduced at the paper's settings but not at our reduction",
+            "fragile": "fragile, passing in some seeds and failing in others",
+            "not-reproduced": "not reproduced", "not-yet-run": "not yet run"}
+    parts = []
+    for state, words in said.items():
+        names = [short_title(chapters()[n]) for n, s in found.items() if s == state]
+        if names:
+            parts.append(f"**{words}**: {', '.join(names)}")
+    return (f"Of the {len(found)} claims, judged across seeds: " + "; ".join(parts) + ".")
 
 
-def across_seeds(check: dict, seeds: dict | None) -> str | None:
-    """What the seeds file says of one check: how many seeds pass it and the range over seeds of
-    each value it records ("passes in 0 of 5 seeds; speed-up median 4.25 to 5.48 over seeds", or
-    "... 0.116 in every seed"); None where the seeds file does not have the check."""
-    counts = next((c for c in (seeds or {}).get("checks", []) if c["name"] == check["name"]), None)
+def across_seeds(check: dict, seeds: dict | None) -> tuple[int, int] | None:
+    """(seeds passing, seeds) of one check in a seeds file; None where it does not have it."""
+    counts = next((c for c in (seeds or {}).get("checks", [])
+                   if (check.get("id") and c.get("id") == check["id"]) or c["name"] == check["name"]),
+                  None)
     if counts is None or not counts.get("n"):
         return None
-    text = f"passes in {counts['k']} of {counts['n']} seeds"
-    for value in (seeds or {}).get("values", []):
-        if value["check"] == check["name"] and value.get("range"):
-            low, high = (readable(v) for v in value["range"])
-            spread = f"{low} in every seed" if low == high else f"{low} to {high} over seeds"
-            text += f"; {value['key'] + ' ' if value.get('key') else ''}{spread}"
-    return text
+    return counts["k"], counts["n"]
 
 
-def failing_checks(record: dict, seeds: dict | None = None, most: int = 2) -> str:
-    """The claim checks that did not pass, each with ours against the paper's (at most `most`,
-    then how many more), for a one-line 'why'. Where the run has a seeds file, ours is what the
-    seeds measured (how many pass, each value's range), not the one run's value."""
-    failed = [c for c in record["checks"] if c["kind"] == "claim" and not c["passed"]]
-    said = []
-    for c in failed[:most]:
-        ours = across_seeds(c, seeds) or readable(counted(c["ours"]))
-        said.append(f"{c['name']} ({'inconclusive' if c.get('inconclusive') else 'ours'}: "
-                    f"{ours}; paper: {readable(counted(c['paper']))})")
-    more = len(failed) - len(said)
-    return "; ".join(said) + (f"; and {more} more" if more > 0 else "")
+def failing_findings(record: dict, seeds: dict | None = None) -> list[str]:
+    """Every claim check that fails in the published run or in any seed: its finding, in one
+    sentence, and how many seeds pass it."""
+    from .findings import finding_or_name
+
+    lines = []
+    for c in record["checks"]:
+        if c["kind"] != "claim":
+            continue
+        counted_seeds = across_seeds(c, seeds)
+        if c["passed"] and (counted_seeds is None or counted_seeds[0] == counted_seeds[1]):
+            continue
+        text = finding_or_name(record["chapter"], c)
+        if c["passed"]:
+            text = f"Seed {record['seed']} passes: {text[0].lower()}{text[1:]}"
+        tail = f" ({counted_seeds[0]} of {counted_seeds[1]} seeds pass)" if counted_seeds else ""
+        lines.append(f'<span class="finding">{text}</span>{tail}')
+    return lines
 
 
 def why_not(results: list[dict], papers: dict[str, tuple] | None = None,
             seeds: dict[str, dict] | None = None) -> list[str]:
-    """One line per verdict that does not reproduce, at `cpu` (with its seeds from `seeds`) and at
-    `paper` (with its own seeds file from `papers`): which checks failed at which setting."""
+    """Per verdict that does not hold in every seed, at `cpu` and at `paper`: every claim check
+    that fails somewhere, each as its finding."""
     lines, papers, seeds = [], papers or {}, seeds or {}
     runs = [(r, seeds.get(r["chapter"])) for r in results] + [
         (paper, paper_seeds) for paper, paper_seeds in papers.values() if paper is not None]
     for record, its_seeds in sorted(runs, key=lambda rs: (rs[0]["chapter"], rs[0]["preset"] != "cpu")):
-        if record["chapter"] in chapters() and not reproduced(record["checks"]):
-            lines.append(f"- **{short_title(chapters()[record['chapter']])}** at `{preset_label(record)}`: "
-                         f"{failing_checks(record, its_seeds)}.")
+        if record["chapter"] not in chapters() or holds(record, its_seeds) == "holds":
+            continue
+        found = failing_findings(record, its_seeds)
+        if found:
+            lines.append(f"- **{short_title(chapters()[record['chapter']])}** at "
+                         f"`{preset_label(record)}`:")
+            lines += [f"  - {line}" for line in found]
     return [*lines, ""] if lines else []
 
 
@@ -166,25 +206,24 @@ def summary_table(results: list[dict], seeds: dict[str, dict], claims_dir: Path,
     with the verdict at the paper's own settings in the last column."""
     by_name, papers = {r["chapter"]: r for r in results}, papers or {}
     # The chapters' run times are in their verdict boxes and on the teaching page.
-    lines = [":::{container} scoreboard-table", "| Chapter | Verdict | Across seeds | At `paper` |",
-             "|---|---|---|---|"]
+    found = states(results, seeds, papers)
+    lines = [":::{container} scoreboard-table",
+             "| Chapter | Verdict | At `cpu`: seeds reproducing | At `paper` |", "|---|---|---|---|"]
     for name, ch in chapters().items():
         r, s = by_name.get(name), seeds.get(name)
-        checks = "{}/{}".format(*claim_counts(r)) if r else "—"
-        across = "—"
+        across = "—" if r is None else f"seed {r['seed']} only"
         if s:
-            word = {True: " robust", False: " not robust", None: ""}[s["robust"]]
             # identical repeats are one run: no pass rate to estimate
-            word = " deterministic" if s.get("deterministic") else word
             rate = "" if s.get("deterministic") else pass_rate(s["reproduced"].get("ci95"))
             untested = len(s.get("inconclusive_seeds") or [])
-            across = f"{s['reproduced']['k']}/{s['reproduced']['n']}{word}" + (
+            across = f"{s['reproduced']['k']}/{s['reproduced']['n']}" + (
+                " deterministic" if s.get("deterministic") else "") + (
                 f" ({rate})" if rate else "") + (
                 # on a line of its own, so that it does not widen the column for every row
                 f"<br>{untested} inconclusive" if untested else "")
         paper = paper_summary(name, *papers.get(name, (None, None)), short=True)
-        lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | {verdict_badge(r)} "
-                     f"{checks} | {across} | {paper} |")
+        lines.append(f"| {chapter_link(name, short_title(ch), claims_dir)} | "
+                     f"{state_badge(found[name])} | {across} | {paper} |")
     return lines + [":::"]
 
 
@@ -197,8 +236,9 @@ def render(results: list[dict], seeds: dict[str, dict] | None = None,
 
     lines = [TEXTS["header"], headline(results, seeds, papers), "",
              *summary_table(results, seeds, claims_dir, papers), "", *scoreboard_paragraph(),
-             # folded, so that the table and its headline fit a screen and a half
-             f":::{{dropdown}} {TEXTS['reading_header']}", *why_not(results, papers, seeds),
+             "(why-not-reproduced)=", f"## {TEXTS['why_header']}", "", TEXTS["why_intro"], "",
+             *why_not(results, papers, seeds),
+             f":::{{dropdown}} {TEXTS['reading_header']}",
              TEXTS["scoreboard_legend"], "", provenance(results, seeds), ":::", "",
              ":::{dropdown} Every claim and its checks"]
     for name, ch in chapters().items():
@@ -236,7 +276,7 @@ def write_intro_summary(results_dir: Path, intro: Path, claims_dir: Path | None 
     papers = load_papers(results_dir)
     # the same fold as the scoreboard's (why each failure fails, the legend), without provenance
     block = "\n".join([INTRO_START, "", sentence, "", *summary_table(results, seeds, claims, papers),
-                       "", f":::{{dropdown}} {TEXTS['reading_header']}", *why_not(results, papers, seeds),
+                       "", TEXTS["intro_why"], "", f":::{{dropdown}} {TEXTS['reading_header']}",
                        TEXTS["scoreboard_legend"], ":::", "", INTRO_END])
     text = Path(intro).read_text()
     if INTRO_START in text:

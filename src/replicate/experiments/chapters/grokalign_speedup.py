@@ -667,7 +667,8 @@ def figure_speedups(run, runs: dict, paper_runs: dict) -> None:
                     axes[1].bar(i + offset, np.median(measured), width=0.25, **style)
                     axes[1].scatter([i + offset] * len(measured), measured, color="k", s=12,
                                     zorder=3, label="one seed")
-        plotting.paper_band(axes[1], paper[key], x=i, label="paper (mean ± s.d.)")
+        if "paper's point" in ratios:  # the paper's number only beside the point it belongs to
+            plotting.paper_band(axes[1], paper[key], x=i, label="paper (mean ± s.d.)")
     thr = f"{p['threshold']:.0%}"
     axes[0].set_xticks(range(len(points[left])), [LOSS_NAME[loss] for loss in points[left]])
     axes[0].set(xlim=(-0.6, len(points[left]) - 0.4), ylabel=f"updates to {thr} held-out",
@@ -712,9 +713,12 @@ def figure_speedups(run, runs: dict, paper_runs: dict) -> None:
     plotting.show(
         fig, "fig-04-speedups",
         caption=" ".join(said) + " The dashed line at 1 marks no speed-up; a bar is the median "
-                "over seeds, a black dot one seed, the diamond the paper's mean $\\pm$ s.d. over "
-                f"{paper['seeds'].value} seeds of its code (it gives no s.d. for the squared "
-                f"error). Left, at the {left}: each seed's updates to the {thr} threshold, weight "
+                "over seeds, a black dot one seed"
+                + (", the diamond the paper's mean $\\pm$ s.d. over "
+                   f"{paper['seeds'].value} seeds of its code (it gives no s.d. for the squared "
+                   "error)" if "paper's point" in ratios else
+                   "; the paper's factors are not drawn, since they belong to its operating point")
+                + f". Left, at the {left}: each seed's updates to the {thr} threshold, weight "
                 f"decay only in {COLOR_WORD.get(colors[0.0], 'colour')} and GrokAlign in "
                 f"{COLOR_WORD.get(colors[strongest], 'colour')}, a grey line joining the two runs "
                 "of a seed; an open marker did not cross within its cap and is drawn at the cap. "
@@ -728,7 +732,8 @@ def figure_speedups(run, runs: dict, paper_runs: dict) -> None:
             + " and ".join({"paper's point": "at the paper's operating point (judged)",
                             "chapter's point": "hatched, at the chapter's point (not judged "
                                                "against the paper)"}[name] for name in points)
-            + ", each seed a dot, and the paper's value as a diamond.")
+            + ", each seed a dot" + (", and the paper's value as a diamond." if "paper's point"
+                                     in ratios else "."))
 
 
 def figure_jacobian_norm(run, runs: dict) -> None:
