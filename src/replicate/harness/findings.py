@@ -2,7 +2,7 @@
 
 A check's record says what was expected (its `name`), what we measured (`ours`) and the paper's
 words (`paper`). The reader's question is different: what does the paper say, and what did we
-find, in which direction? Each chapter answers it in `presets/<chapter>/findings.yaml`, one entry
+find, in which direction? Each chapter answers it in `presets/<chapter>/findings.yml`, one entry
 per claim check id, with a sentence for each outcome:
 
     lead: adversarial-rise          # the check whose finding speaks for a run that reproduces
@@ -28,7 +28,8 @@ import yaml
 
 from ..runtime import PRESETS_DIR
 
-FILE = "findings.yaml"
+# `.yml`: every `*.yaml` in a chapter's folder is one of its presets.
+FILE = "findings.yml"
 MOST_WORDS = 35
 OUTCOMES = ("pass", "fail", "inconclusive")
 
@@ -93,7 +94,7 @@ class Shown:
 
 @lru_cache(maxsize=None)
 def sentences(chapter: str) -> dict:
-    """The chapter's findings.yaml as read ({} where it has none)."""
+    """The chapter's findings.yml as read ({} where it has none)."""
     path = PRESETS_DIR / chapter / FILE
     if not path.exists():
         return {}
