@@ -237,3 +237,27 @@ def test_a_copy_without_git_history_records_the_commit_its_sender_named(monkeypa
     # where git answers, the environment is ignored
     monkeypatch.setattr(verdict, "git_commit", lambda: "fedcba987654")
     assert verdict.sent_commit() == {}
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["sweep", "07_optimizers", "--seeds", "7" * 5000], "--seeds: cannot read"),
+    (["run", "07_optimizers", "-p", "iterations", "x" * 60_000], "must be of type int"),
+])
+def test_an_absurd_value_is_refused_in_one_short_line(args, expected):
+    outcome, stderr = refused(*args)
+    assert outcome["code"] == 2 and not outcome["kernel"], stderr
+    assert expected in stderr and len(stderr.strip().splitlines()) == 1
+    assert len(stderr) < 700
+
+
+def test_a_truncated_results_file_is_named_in_one_line_before_validate_executes_anything(tmp_path):
+    claims, results = tmp_path / "claims", tmp_path / "results"
+    claims.mkdir(), results.mkdir()
+    (claims / "07_optimizers.ipynb").write_text((BOOK_DIR / "claims" / "07_optimizers.ipynb").read_text())
+    published = (BOOK_DIR / "results" / "07_optimizers.json").read_text()
+    (results / "07_optimizers.json").write_text(published[:len(published) // 2])
+    result = cli("validate", "07_optimizers", "--claims-dir", str(claims), "--results-dir", str(results))
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "07_optimizers.json is not a readable results file (line" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout and "nbval" not in result.stdout

@@ -1,4 +1,6 @@
 """Clauses one seed cannot test, judged across seeds: paired comparisons within each seed."""
+import pytest
+
 from replicate.harness import seeds
 
 
@@ -84,3 +86,12 @@ def test_chapter_05s_paper_group_judges_each_of_its_two_clipping_thresholds_by_i
     assert [(c["clause"].split(" slows")[0], c["check"]) for c in slows] == [
         ("clipping the gradient norm at 1", "clipped-run-1-slower"),
         ("clipping the gradient norm at 0.01", "clipped-run-2-slower")]
+
+
+def test_a_seeds_file_that_is_not_an_object_is_named_not_read(tmp_path):
+    from replicate.config import ConfigError
+    from replicate.harness.seeds import load_seeds
+    (tmp_path / "07_optimizers.seeds.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="07_optimizers.seeds.json is not a results file"):
+        load_seeds("07_optimizers", tmp_path)
+    assert load_seeds("06_intrinsic_dimension", tmp_path) is None

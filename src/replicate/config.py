@@ -209,20 +209,31 @@ def parse_value(text: str) -> Any:
     return _scalar(text)
 
 
+def shortened(text: str, limit: int = 200) -> str:
+    """`text` cut to about `limit` characters for an error line: its start and end, the number of
+    characters left out between them."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}...[{len(text) - 2 * keep} characters]...{text[-keep:]}"
+
+
 def parse_seeds(text: str) -> list[int]:
     """`0-4` -> [0, 1, 2, 3, 4]; `0,3,7` -> [0, 3, 7]; ranges and lists mix. At most MAX_SEEDS
     seeds, each in the seed's range, checked before anything is expanded."""
     bounds = []
     for part in str(text).split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        # at most 10 digits each: 2**32 - 1 has 10, and int() of a huge string is refused
+        match = re.fullmatch(r"\s*(\d{1,10})\s*(?:-\s*(\d{1,10})\s*)?", part)
         if not match or (match[2] and int(match[2]) < int(match[1])):
-            raise ConfigError(f"--seeds: cannot read {part.strip()!r}; write e.g. 0-4 or 0,3,7 "
-                              "(seeds are non-negative integers)")
+            raise ConfigError(f"--seeds: cannot read {shortened(part.strip())!r}; write e.g. 0-4 or "
+                              "0,3,7 (seeds are integers from 0 to 2**32 - 1)")
         bounds.append((int(match[1]), int(match[2] or match[1])))
     if sum(hi - lo + 1 for lo, hi in bounds) > MAX_SEEDS:
-        raise ConfigError(f"--seeds {text}: at most {MAX_SEEDS} seeds in one sweep")
+        raise ConfigError(f"--seeds {shortened(text)}: at most {MAX_SEEDS} seeds in one sweep")
     if max(hi for _, hi in bounds) > SEED_RANGE[1]:
-        raise ConfigError(f"--seeds {text}: a seed must lie in [0, 2**32 - 1]")
+        raise ConfigError(f"--seeds {shortened(text)}: a seed must lie in [0, 2**32 - 1]")
     return sorted({s for lo, hi in bounds for s in range(lo, hi + 1)})
 
 

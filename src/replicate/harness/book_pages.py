@@ -14,6 +14,8 @@ from ..config import RunSpec, chapters, format_value, label, paper_reduction
 from ..runtime import atomic_write
 from ..verdict import badge, check_key, checks_table_html, inconclusive_count, word
 from .seeds import same_in_every_seed
+from .findings import readable
+from .records import read_record
 
 TEXTS = yaml.safe_load(Path(__file__).with_name("page_texts.yaml").read_text())
 BOX_TAG, SEEDS_TAG, RUN_TAG, MADE_TAG = "verdict-box", "across-seeds", "run-yourself", "how-made"
@@ -69,7 +71,7 @@ def load_paper(chapter: str, results_dir: Path) -> tuple[dict | None, dict | Non
     where there is none."""
     folder = Path(results_dir) / "paper"
     found = [folder / f"{chapter}{suffix}" for suffix in (".json", ".seeds.json")]
-    return tuple(json.loads(f.read_text()) if f.exists() else None for f in found)
+    return tuple(read_record(f) for f in found)
 
 
 def reduced_size(record: dict) -> dict:
@@ -429,23 +431,6 @@ def figure_metadata(cell) -> dict | None:
 
 def judging_label(chapter: str, judging_dir: Path) -> str | None:
     return f"judging-{chapter}" if (Path(judging_dir) / f"{chapter}.md").exists() else None
-
-
-def readable(value) -> str:
-    """A check's measured value as a person reads it: `{settled at step: 60, T: 40000}` becomes
-    "settled at step 60, T 40,000"; whole numbers with thousands separators, other numbers to
-    three significant digits, true/false as yes/no, lists as "a, b"."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    whole = isinstance(value, float) and value.is_integer() and abs(value) >= 1000
-    if isinstance(value, int) or whole:
-        return f"{int(value):,}"
-    if isinstance(value, (list, tuple)):
-        items = [readable(v) for v in value]  # "; " where an item has a comma of its own
-        return "(" + ("; " if any("," in i for i in items) else ", ").join(items) + ")"
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {readable(v)}" for k, v in value.items())
-    return format_value(value)
 
 
 CHECKS_CLASS = "verdict-checks"  # the class of the checks table `run.save()` shows

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from ..config import (ConfigError, RunSpec, chapters, get_chapter, load_preset, paper_reduction,
-                      parameter_notes, parse_seeds, parse_value, split_values)
+                      parameter_notes, parse_seeds, parse_value, shortened, split_values)
 from ..runtime import BOOK_DIR, PROJECT_ROOT, display_path, git_commit
 from . import execute as ex
 from . import lanes, scoreboard, seeds, sweep
@@ -210,8 +210,13 @@ def book_build_command(student: bool = False) -> tuple[list[str], Path]:
 
 
 def cmd_build(args) -> int:
-    ex.repair_book(results_dir=Path(args.results_dir))
-    scoreboard.write_pages(Path(args.results_dir))
+    ex.check_writable(BOOK_DIR)
+    try:
+        ex.repair_book(results_dir=Path(args.results_dir))
+        scoreboard.write_pages(Path(args.results_dir))
+    except OSError as err:  # a read-only or full book/: one line, not a traceback
+        where = f": {display_path(Path(err.filename))}" if err.filename else ""
+        raise ConfigError(f"cannot write the book's pages ({err.strerror or err}){where}") from None
     cmd, html = book_build_command(student=args.student)
     code = subprocess.run(cmd, cwd=PROJECT_ROOT).returncode
     if code == 0:
@@ -351,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             return args.func(args)
         except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
+            print(f"error: {shortened(str(err), 600)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as err:
             name = str(err) if isinstance(err, ex.Interrupted) else "SIGINT"

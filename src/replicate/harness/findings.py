@@ -26,12 +26,30 @@ from pathlib import Path
 
 import yaml
 
+from ..config import format_value
 from ..runtime import PRESETS_DIR
 
 # `.yml`: every `*.yaml` in a chapter's folder is one of its presets.
 FILE = "findings.yml"
 MOST_WORDS = 35
 OUTCOMES = ("pass", "fail", "inconclusive")
+
+
+def readable(value) -> str:
+    """A check's measured value as a person reads it: `{settled at step: 60, T: 40000}` becomes
+    "settled at step 60, T 40,000"; whole numbers with thousands separators, other numbers to
+    three significant digits, true/false as yes/no, lists as "a, b"."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    whole = isinstance(value, float) and value.is_integer() and abs(value) >= 1000
+    if isinstance(value, int) or whole:
+        return f"{int(value):,}"
+    if isinstance(value, (list, tuple)):
+        items = [readable(v) for v in value]  # "; " where an item has a comma of its own
+        return "(" + ("; " if any("," in i for i in items) else ", ").join(items) + ")"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {readable(v)}" for k, v in value.items())
+    return format_value(value)
 
 
 MISSING = object()  # an entry the run's value does not have
@@ -45,7 +63,6 @@ class Shown:
         self.value = value
 
     def __format__(self, spec: str) -> str:
-        from .book_pages import readable
 
         if self.value is MISSING:
             return "n/a"
@@ -87,7 +104,6 @@ class Shown:
 
     @property
     def values(self) -> str:
-        from .book_pages import readable
 
         return ", ".join("none" if v is None else readable(v) for v in self._entries()) or "n/a"
 

@@ -15,6 +15,7 @@ from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, cold_time, load_paper, paper_summary, pass_rate, preset_label,
                          readable, reduced_size, refresh_chapter_page, runtime_text, seeds_summary)
 from .seeds import load_seeds
+from .records import read_record
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
 # The peer of a figure the authors' code gave once (it is on no package index, so `bench` cannot
@@ -35,7 +36,7 @@ def chapter_link(name: str, title: str, claims_dir: Path) -> str:
 
 
 def _load(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_record(path)
 
 
 def load_results(results_dir: Path) -> list[dict]:

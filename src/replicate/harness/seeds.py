@@ -15,6 +15,7 @@ from ..config import SCHEMA_PRESET, ConfigError, RunSpec, format_value, get_chap
 from ..runtime import BOOK_DIR, atomic_write, display_path
 from ..verdict import check_key, inconclusive_count, reproduced as all_claims_pass
 from .result_code import code_provenance, difference_text
+from .records import read_record
 
 SWEEPS_DIR, RESULTS_DIR = BOOK_DIR / "sweeps", BOOK_DIR / "results"
 ROBUST_SHARE = 0.8
@@ -76,7 +77,7 @@ def collect_runs(chapter: str, preset: str, overrides: dict, results_dir: Path =
     folder = Path(sweeps_dir) / chapter
     published = (published_dir(preset, results_dir) or Path(results_dir)) / f"{chapter}.json"
     if published.exists():
-        record, source = json.loads(published.read_text()), display_path(published)
+        record, source = read_record(published), display_path(published)
         if group_of(record) == wanted and data_of(record) == data:
             runs[record["seed"]] = {"record": record, "source": source}
             note = {"source": source, "seed": record["seed"], "included": True}
@@ -85,14 +86,14 @@ def collect_runs(chapter: str, preset: str, overrides: dict, results_dir: Path =
                     "why": ("another preset or other parameters than this group"
                             if group_of(record) != wanted else "another MNIST source")}
     for path in sorted(folder.glob(f"[!.]*/{chapter}.json")):  # not the hidden, unfinished ones
-        record = json.loads(path.read_text())
+        record = read_record(path)
         if group_of(record) == wanted and data_of(record) == data:
             if note and note.get("included") and note["seed"] == record["seed"]:
                 note.update(included=False,
                             why=f"replaced by the sweep's run of seed {record['seed']}")
             runs[record["seed"]] = {"record": record, "source": display_path(path)}
     failed = [{"seed": r["seed"], "overrides": r.get("overrides", {}), "error": r.get("error")}
-              for r in (json.loads(p.read_text()) for p in sorted(folder.glob("*.failed.json")))
+              for r in (read_record(p) for p in sorted(folder.glob("*.failed.json")))
               if group_of(r) == wanted and r["seed"] not in runs]
     return dict(sorted(runs.items())), failed, note
 
@@ -387,8 +388,7 @@ def write_seeds(chapter: str, preset: str = SCHEMA_PRESET, overrides: dict | Non
 
 def load_seeds(chapter: str, results_dir: Path = RESULTS_DIR) -> dict | None:
     """The book's seeds file of a chapter, or None when no sweep has been aggregated for it."""
-    path = Path(results_dir) / f"{chapter}.seeds.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_record(Path(results_dir) / f"{chapter}.seeds.json")
 
 
 def describe(record: dict) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..config import ConfigError
 from ..runtime import PROJECT_ROOT, display_path
 from . import execute as ex
+from .records import read_record
 from .drift import chapter_tolerances, compare, seed_spread, table, uses_seed_spread
 
 SANITIZE_FILE = Path(__file__).resolve().parent / "nbval_sanitize.cfg"
@@ -30,6 +31,9 @@ def validate(chapters: list[str], claims_dir: Path, results_dir: Path, preset: s
     if missing:
         raise ConfigError(f"no executed chapter at {', '.join(missing)}; run "
                           "`python -m replicate run` first")
+    published = results_dir if preset == "cpu" else results_dir / "paper"
+    for chapter in chapters:  # a broken results file is named now, not after the re-execution
+        read_record(published / f"{chapter}.json")
     scratch = ex.new_staging("validate")  # removed at the end, or by the next run if killed
     try:
         # An empty run cache: validation re-computes every training run, it never re-reads one.
@@ -63,7 +67,7 @@ def compare_chapter(chapter: str, results_dir: Path, executed_dir: Path, preset:
     book = home.parent
     spread = (seed_spread(chapter, home, book / "sweeps", preset) if uses_seed_spread(chapter)
               else None)
-    differences = compare(json.loads(published.read_text()), json.loads(now.read_text()),
+    differences = compare(read_record(published), read_record(now),
                           *chapter_tolerances(chapter), spread)
     print(table(chapter, differences))
     return all(d.within for d in differences)
