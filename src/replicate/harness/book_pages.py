@@ -195,8 +195,8 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
              f"**At the paper's settings:** {paper_box_line(record['chapter'], paper, paper_seeds)}"]
     if judged_label:
         lines += ["", f"{{ref}}`How this claim is judged <{judged_label}>`."]
-    lines += [":::", "", f"**The claim.** {record['claim']}"
-              + (f" *Trained on {digits}.*" if digits else "")]
+    lines += [":::", "", ":::{dropdown} The claim, as this chapter checks it", record["claim"]
+              + (f" *Trained on {digits}.*" if digits else ""), ":::"]
     return "\n".join(lines)
 
 
