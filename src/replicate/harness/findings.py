@@ -63,7 +63,6 @@ class Shown:
         self.value = value
 
     def __format__(self, spec: str) -> str:
-
         if self.value is MISSING:
             return "n/a"
         if self.value is None:
@@ -104,7 +103,6 @@ class Shown:
 
     @property
     def values(self) -> str:
-
         return ", ".join("none" if v is None else readable(v) for v in self._entries()) or "n/a"
 
 

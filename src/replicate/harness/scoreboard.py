@@ -13,8 +13,9 @@ from ..config import chapters, counted, format_value
 from ..runtime import BOOK_DIR, PROJECT_ROOT
 from ..verdict import reproduced, word
 from .book_pages import (TEXTS, claim_counts, cold_time, load_paper, paper_summary, pass_rate, preset_label,
-                         readable, reduced_size, refresh_chapter_page, runtime_text, seeds_summary)
+                         reduced_size, refresh_chapter_page, runtime_text, seeds_summary)
 from .seeds import load_seeds
+from .findings import readable
 from .records import read_record
 
 JUDGING_DIR, BENCHMARKS_FILE = BOOK_DIR / "judging", BOOK_DIR / "benchmarks.json"  # from `bench`
@@ -35,13 +36,9 @@ def chapter_link(name: str, title: str, claims_dir: Path) -> str:
     return f"{{doc}}`{title} <claims/{name}>`" if executed else title
 
 
-def _load(path: Path) -> dict | None:
-    return read_record(path)
-
-
 def load_results(results_dir: Path) -> list[dict]:
     """The published verdicts (`<chapter>.json`; the `.seeds.json` files are read separately)."""
-    return [_load(path) for path in sorted(Path(results_dir).glob("*.json"))
+    return [read_record(path) for path in sorted(Path(results_dir).glob("*.json"))
             if not path.name.endswith(".seeds.json")]
 
 
@@ -417,7 +414,7 @@ def render_teaching(results_dir: Path, smoke_dir: Path, claims_dir: Path) -> str
     for name, ch in known.items():
         notebook = Path(claims_dir) / f"{name}.ipynb"
         exercises[name] = exercise_labels(notebook) if notebook.exists() else []
-        smoke = _load(Path(smoke_dir) / f"{name}.json")
+        smoke = read_record(Path(smoke_dir) / f"{name}.json")
         times = ("not yet run" if smoke is None else runtime_text(smoke)) + f" | {cold_time(name)}"
         lines.append(f"| {chapter_link(name, ch.title, claims_dir)} | {times} | "
                      f"{len(exercises[name]) or '—'} |")
@@ -443,7 +440,7 @@ def write_teaching(results_dir: Path, page: Path, claims_dir: Path | None = None
 
 def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> int:
     """Rewrite every executed chapter's verdict box and across-seeds section from its results."""
-    pages = [(ch, claims_dir / f"{ch}.ipynb", _load(results_dir / f"{ch}.json"))
+    pages = [(ch, claims_dir / f"{ch}.ipynb", read_record(results_dir / f"{ch}.json"))
              for ch in chapters()]
     papers = {ch: load_paper(ch, results_dir) for ch, _, _ in pages}
     return sum(refresh_chapter_page(notebook, record, load_seeds(ch, results_dir), JUDGING_DIR,
@@ -516,7 +513,7 @@ def write_benchmarks_page(benchmarks_file: Path, results_dir: Path) -> Path:
     """The page of a benchmarks file, beside it (`benchmarks.json` -> `benchmarks.md`), with the
     chapters' times read now from `results_dir`."""
     page = Path(benchmarks_file).with_suffix(".md")
-    page.write_text(render_page(with_current_chapters(_load(benchmarks_file), results_dir))
+    page.write_text(render_page(with_current_chapters(read_record(benchmarks_file), results_dir))
                     + cost_section(results_dir, Path(results_dir).parent / "claims"))
     return page
 
