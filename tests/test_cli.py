@@ -261,3 +261,52 @@ def test_a_truncated_results_file_is_named_in_one_line_before_validate_executes_
     assert len(result.stderr.strip().splitlines()) == 1
     assert "07_optimizers.json is not a readable results file (line" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout and "nbval" not in result.stdout
+
+
+def test_a_destination_without_room_for_a_page_is_refused_before_the_kernel(tmp_path, monkeypatch, capsys):
+    from collections import namedtuple
+
+    from replicate.harness import cli as cli_module, execute
+
+    real = execute.shutil.disk_usage
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(execute.shutil, "disk_usage", lambda path: usage(10**6, 10**6 - 2**17, 2**17)
+                        if str(path).startswith(str(tmp_path / "out")) else real(path))
+    monkeypatch.setattr(execute, "execute", lambda *a: pytest.fail("nothing may run"))
+    target = tmp_path / "out" / "deeper"
+    assert cli_module.main(["run", "07_optimizers", "--preset", "smoke", "--claims-dir", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "has 0 MB free" in err and "nothing was run" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # the folders it made to look are gone again
+
+
+def test_a_run_that_stops_before_writing_leaves_no_empty_folder_of_its_own(tmp_path, monkeypatch):
+    from replicate.harness import cli as cli_module, execute
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execute, "execute", interrupted)
+    existing = tmp_path / "kept"
+    existing.mkdir()
+    for target in (tmp_path / "new" / "claims", existing):
+        assert cli_module.main(["run", "07_optimizers", "--preset", "smoke", "--allow-dirty",
+                                "--claims-dir", str(target)]) != 0
+    assert not (tmp_path / "new").exists()
+    assert existing.is_dir()  # a folder that was there stays
+
+
+def test_a_published_page_prints_no_line_that_names_the_run_cache(monkeypatch, tmp_path):
+    import nbformat
+
+    from replicate.harness import execute
+
+    monkeypatch.setenv("REPLICATE_CACHE_DIR", str(tmp_path / "cache"))
+    entry = tmp_path / "cache" / "mnist_mlp" / "abc.pt"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("train()", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text=(
+            f"mnist_mlp: recomputing the run cache entry {entry}: truncated\nstep 100: loss 0.3\n"))]),
+        nbformat.v4.new_code_cell("again()", outputs=[nbformat.v4.new_output(
+            "stream", name="stdout", text=f"could not store the run in {tmp_path / 'cache'}\n")])])
+    execute.drop_cache_lines(nb)
+    assert [o.text for c in nb.cells for o in c.outputs] == ["step 100: loss 0.3\n"]

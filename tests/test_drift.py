@@ -126,25 +126,81 @@ def test_a_chapter_can_loosen_its_tolerance_per_check(tmp_path, monkeypatch):
     assert drift.chapter_tolerances("no_such_chapter")[0] == drift.Tolerance()
 
 
-def test_validate_prints_the_drift_table_and_fails_beyond_tolerance(tmp_path, monkeypatch, capsys):
-    """The command's wiring, with nbval's re-execution faked: it writes a drifted verdict."""
+def page(capsys, rec: dict) -> str:
+    """A published notebook whose verdict cell shows what `ChapterRun.verdict` prints for `rec`."""
+    checks = [claim(c["name"], c["passed"], c["ours"], c["paper"]) if c["kind"] == "claim"
+              else report(c["name"], c["ours"], c["paper"]) for c in rec["checks"]]
+    cell = {"cell_type": "code", "source": "# NBVAL_CHECK_OUTPUT\nrun.verdict(checks)",
+            "outputs": [{"output_type": "stream", "name": "stdout",
+                         "text": verdict_text(capsys, checks)}]}
+    return json.dumps({"cells": [cell]})
+
+
+def _validate(tmp_path, monkeypatch, capsys, published_page=None, now=None, nbval_code=0):
+    """`validate` on one chapter with nbval's re-execution faked: it writes `now` as the new
+    verdict and exits with `nbval_code`. Returns (exit code, stdout, stderr)."""
     claims, results = tmp_path / "claims", tmp_path / "results"
     claims.mkdir(), results.mkdir()
-    (claims / f"{CHAPTER}.ipynb").write_text("{}")
+    (claims / f"{CHAPTER}.ipynb").write_text(published_page or page(capsys, record()))
     (results / f"{CHAPTER}.json").write_text(json.dumps(record()))
 
     def fake_nbval(cmd, env, cwd):
         assert "--nbval-sanitize-with" in cmd and Path(env["REPLICATE_CACHE_DIR"]).parent == \
             Path(env["REPLICATE_RESULTS_DIR"])  # an empty run cache inside the scratch folder
         Path(env["REPLICATE_RESULTS_DIR"], f"{CHAPTER}.json").write_text(
-            json.dumps(record(loss=0.51, adam=2000)))
-        return type("Done", (), {"returncode": 0})()
+            json.dumps(now or record()))
+        return type("Done", (), {"returncode": nbval_code})()
 
     monkeypatch.setattr(validate.subprocess, "run", fake_nbval)
     code = cli.main(["validate", CHAPTER, "--claims-dir", str(claims), "--results-dir", str(results)])
-    out, err = capsys.readouterr()
-    assert code == 1 and "beyond tolerance" in err
+    return (code, *capsys.readouterr())
+
+
+def test_validate_prints_the_drift_table_and_fails_beyond_tolerance(tmp_path, monkeypatch, capsys):
+    code, out, err = _validate(tmp_path, monkeypatch, capsys, now=record(loss=0.51, adam=2000))
+    assert code == 1 and "differ from the book" in err
     assert "DRIFT" in out and "ours.adam" in out and "ok" in out  # loss moved 2%: shown, not failed
+    assert out.rstrip().endswith("1 value(s) beyond tolerance")
+
+
+def test_a_chapter_as_published_says_so_on_its_last_line(tmp_path, monkeypatch, capsys):
+    code, out, err = _validate(tmp_path, monkeypatch, capsys)
+    assert code == 0 and out.rstrip().endswith(f"{CHAPTER}: every word and number as published")
+
+
+def test_a_number_changed_by_half_on_the_published_page_is_a_drift_and_fails(
+        tmp_path, monkeypatch, capsys):
+    """nbval masks the page's numbers and the re-executed record matches the published one: only
+    the page itself, read against its own results file, shows the edit."""
+    edited = page(capsys, record()).replace("ours: 0.5", "ours: 0.75")
+    assert edited != page(capsys, record())
+    code, out, err = _validate(tmp_path, monkeypatch, capsys, published_page=edited)
+    assert code == 1
+    [row] = [line for line in out.splitlines() if line.lstrip().startswith("DRIFT")]
+    assert "page vs its results file" in row and "0.5" in row and "0.75" in row
+
+
+def test_when_nbval_finds_other_words_the_last_line_says_so_and_validate_fails(
+        tmp_path, monkeypatch, capsys):
+    code, out, err = _validate(tmp_path, monkeypatch, capsys, nbval_code=1)
+    assert code == 1
+    assert "every word and number as published" not in out
+    assert out.rstrip().endswith("words differ from the book (nbval's report above)")
+
+
+def test_the_page_check_renders_each_check_as_the_verdict_prints_it(capsys):
+    """The page check's rendering against `ChapterRun.verdict` itself, for wrapped names, lists
+    of items, mappings and diagnoses: a drift between the two would flag every page."""
+    checks = [claim("a check whose name is long enough to wrap onto a second line of the "
+                    "verdict's printed table, as some chapters' names do", False,
+                    {"adam": 0.123456, "sgd": [1, 2.5]}, "at most 0.1"),
+              claim("items", True, ["adam@0.01", "sgd@0.1", "rmsprop@1"], "some", id="items"),
+              report("a report", 12345.678, None)]
+    checks[0].diagnosis = "the optimiser never got below the paper's bound " * 3
+    text = verdict_text(capsys, checks)
+    from dataclasses import asdict
+    for c in checks:
+        assert drift.printed_check(asdict(c)) + "\n" in text
 
 
 def test_a_fail_turning_inconclusive_is_a_difference_but_a_record_without_the_flag_is_not():
@@ -178,8 +234,8 @@ def test_the_seeds_spread_accepts_a_number_where_one_more_seed_would_fall_and_no
     moved = record(adam=2500)  # 150% beyond 5%, inside the seeds' interval
     [difference] = drift.compare(published, moved, spread=spread)
     assert difference.within and difference.by_seeds
-    assert "seeds" in drift.table(CHAPTER, [difference]) and "0 beyond" in drift.table(
-        CHAPTER, [difference])
+    assert "seeds" in drift.table(CHAPTER, [difference])
+    assert drift.table(CHAPTER, [difference]).endswith("as published, within tolerance")
     assert beyond(published, record(adam=9000), None, None, spread) == [("steps", "ours.adam")]
     assert beyond(published, moved) == [("steps", "ours.adam")]  # without the spread: drift
     # the spread of another number does not reach this one
@@ -304,3 +360,31 @@ def test_validating_the_paper_preset_reads_the_paper_groups_seeds_from_results_p
     assert validation.compare_chapter(CHAPTER, book / "results" / "paper", tmp_path / "now")
     assert asked == [(book / "results", book / "sweeps", "paper"),
                      (book / "results" / "paper", book / "results" / "sweeps", "cpu")]
+
+
+def flipped(**values):
+    now = record(**values)
+    now["checks"][0]["passed"], now["reproduced"] = False, False
+    return now
+
+
+def test_a_word_its_seeds_read_both_ways_is_within_their_spread_and_a_robust_one_is_not():
+    fragile, robust = {"loss": {"PASS", "FAIL"}}, {"loss": {"PASS"}}
+    moved = drift.compare(record(), flipped(), words=fragile)
+    assert {(d.where, d.within, d.by_seeds) for d in moved} == {
+        ("passed", True, True), ("reproduced", True, True)}
+    assert all(not d.within for d in drift.compare(record(), flipped(), words=robust))
+    assert all(not d.within for d in drift.compare(record(), flipped()))
+
+
+def test_validate_accepts_a_fragile_checks_flip_on_another_cpu_and_fails_a_robust_one(
+        tmp_path, monkeypatch, capsys):
+    """nbval sees the flipped word either way; only the seeds say whether it is a result."""
+    for seeds_read, expected in (({"PASS", "FAIL"}, 0), ({"PASS"}, 1)):
+        monkeypatch.setattr(validate, "seed_words", lambda *a, words=seeds_read: {"loss": words})
+        folder = tmp_path / "".join(sorted(seeds_read))
+        folder.mkdir()
+        code, out, err = _validate(folder, monkeypatch, capsys, now=flipped(), nbval_code=1)
+        assert code == expected, out
+        last = out.rstrip().splitlines()[-1]
+        assert ("within its seeds' spread (1 check word" in last) == (expected == 0), last

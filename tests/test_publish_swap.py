@@ -1,8 +1,10 @@
 """Publishing a chapter's notebook and verdict together (harness/publish.py): whatever stops a
 publication (SIGKILL at any step, a second publisher, SIGTERM, a failing copy), the book holds
-the old pair or the new pair, both files, and no temporary file stays behind.
+the old pair or the new pair, both files, at every moment and without any repair, and what a
+kill leaves beside it goes with the next publication.
 
 The kills and the race run in child processes (a SIGKILL cannot be caught in the test's own)."""
+import contextlib
 import errno
 import json
 import os
@@ -19,10 +21,10 @@ import pytest
 from replicate.harness import publish
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-# The steps of one publication of two files, in order: `_after_step` is called after each.
-STEPS = ["copied", "journal written", "renamed 0", "renamed 1", "journal removed",
-         "previous removed"]
-PUBLISHED_AT = STEPS.index("journal removed")  # a kill from this step on leaves the new pair
+# The steps of one publication of two files over plain files, in order (`_after_step` is called
+# after each); a destination already linked skips the first three.
+STEPS = ["linked 0", "linked 1", "adopted", "copied", "pointer swapped", "previous removed"]
+PUBLISHED_AT = STEPS.index("pointer swapped")  # a kill from this step on leaves the new pair
 OLD, NEW = ("old-nb", "old-json"), ("new-nb", "new-json")
 MISSING = (None, None)
 
@@ -30,13 +32,16 @@ MISSING = (None, None)
 class Book:
     """A chapter's two destinations (claims/c.ipynb, results/c.json) and its journal."""
 
-    def __init__(self, root: Path, old: tuple[str, str] | None = OLD):
+    def __init__(self, root: Path, old: tuple[str, str] | None = OLD, linked: bool = False):
         self.root = root
         self.notebook, self.verdict = root / "claims" / "c.ipynb", root / "results" / "c.json"
         self.journal = root / "results" / ".c.journal"
+        self.pointer = root / "results" / ".c.current"
         for folder in (self.notebook.parent, self.verdict.parent):
             folder.mkdir(parents=True)
-        if old:
+        if old and linked:  # published once already: the destinations are links
+            publish.publish_together(self.sources("old"), self.journal)
+        elif old:
             self.notebook.write_text(old[0]), self.verdict.write_text(old[1])
 
     def sources(self, tag: str) -> list[tuple[Path, Path]]:
@@ -56,9 +61,12 @@ class Book:
                      for path in (self.notebook, self.verdict))
 
     def leftovers(self) -> list[str]:
-        """Everything beside the destinations but the two files and the lock file (which stays
-        on purpose: see publish.chapter_lock)."""
-        keep = {self.notebook.name, self.verdict.name, self.journal.with_suffix(".lock").name}
+        """Everything beside the destinations but the two of them, the lock file (which stays
+        on purpose: see publish.chapter_lock), the pointer and the folder it names."""
+        keep = {self.notebook.name, self.verdict.name, self.journal.with_suffix(".lock").name,
+                self.pointer.name}
+        if self.pointer.is_symlink():
+            keep.add(os.readlink(self.pointer))
         return sorted(p.name for folder in (self.notebook.parent, self.verdict.parent)
                       for p in folder.iterdir() if p.name not in keep)
 
@@ -104,33 +112,38 @@ def test_the_swap_announces_each_of_its_steps_in_order(tmp_path, monkeypatch):
     assert book.state() == NEW and book.leftovers() == []
 
 
+# (what the book holds before, the step): a pair published already (linked) is not adopted again.
+KILLS = [pytest.param(old, step, id=f"{old}-{step}") for old in ("plain", "linked", "none")
+         for step in STEPS if old != "linked" or STEPS.index(step) > STEPS.index("adopted")]
+
+
 @pytest.mark.parametrize("then", ["repair", "publish again"])
-@pytest.mark.parametrize("old", [OLD, None], ids=["over an old pair", "first publication"])
-@pytest.mark.parametrize("step", STEPS)
-def test_a_kill_at_any_step_of_the_swap_leaves_the_old_pair_or_the_new_pair(
+@pytest.mark.parametrize("old, step", KILLS)
+def test_a_kill_at_any_step_leaves_the_old_pair_or_the_new_pair_with_no_repair(
         tmp_path, step, old, then):
-    book = Book(tmp_path, old)
+    book = Book(tmp_path, None if old == "none" else OLD, linked=old == "linked")
     code, out, err = _finished(_child(KILLED_AT, book, "new", step,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     assert code == -signal.SIGKILL, f"the child was not killed at {step!r}: {out}{err}"
+    # What any reader sees now, before anything tidies up: a whole pair, old or new.
+    assert book.state() == (NEW if STEPS.index(step) >= PUBLISHED_AT
+                            else MISSING if old == "none" else OLD)
     left = book.leftovers()
     if then == "repair":
         message = publish.repair(book.journal, book.dests)
-        # Before the journal is removed the swap is rolled back; from then on it stands.
-        assert book.state() == (NEW if STEPS.index(step) >= PUBLISHED_AT else old or MISSING)
         assert (message is None) == (left == []), f"repair said {message!r} for {left}"
         assert message is None or "\n" not in message
-    else:  # a second publication of the same pair repairs first, then publishes
+    else:  # a second publication of the same pair tidies first, then publishes
         publish.publish_together(book.sources("new"), book.journal)
         assert book.state() == NEW
     assert book.leftovers() == []
 
 
-def test_a_publication_that_fails_after_a_kill_still_undoes_the_cut_off_swap(tmp_path):
+def test_a_publication_that_fails_after_a_kill_still_tidies_what_the_kill_left(tmp_path):
     """The run after a kill may fail itself (its chapter failed, its copy failed): the repair it
     does first must not depend on its own publication succeeding."""
     book = Book(tmp_path)
-    code, out, err = _finished(_child(KILLED_AT, book, "new", "renamed 0",
+    code, out, err = _finished(_child(KILLED_AT, book, "new", "copied",
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     assert code == -signal.SIGKILL, out + err
     pairs = book.sources("next")
@@ -166,7 +179,7 @@ def test_two_publishers_racing_for_hundreds_of_rounds_never_mix_or_lose_the_pair
         assert racer.stdout.readline() == "ready\n", racer.stderr.read()
     for racer in racers:
         racer.stdin.write("go\n"), racer.stdin.flush()
-    looks, mixed, missing, stray = 0, 0, 0, 0
+    looks, mixed, missing, stray, unlocked = 0, 0, 0, 0, 0
     while any(racer.poll() is None for racer in racers):
         with publish.chapter_lock(book.journal):
             state, left = book.state(), book.leftovers()
@@ -174,6 +187,13 @@ def test_two_publishers_racing_for_hundreds_of_rounds_never_mix_or_lose_the_pair
         missing += None in state
         mixed += None not in state and state not in whole
         stray += bool(left)
+        # A reader without the lock: while the pointer stays put, the two files are one pair.
+        with contextlib.suppress(FileNotFoundError):
+            before, state, after = os.readlink(book.pointer), book.state(), os.readlink(book.pointer)
+            if before == after:
+                unlocked += 1
+                missing += None in state
+                mixed += None not in state and state not in whole
         time.sleep(0.002)  # leave the racers most of the time (not a limit on anything)
     finished = [_finished(racer) for racer in racers]
     assert [code for code, _, _ in finished] == [0, 0], [err for _, _, err in finished]
@@ -181,22 +201,23 @@ def test_two_publishers_racing_for_hundreds_of_rounds_never_mix_or_lose_the_pair
     counts = {"failed publications": len(failures), "looks at a mixed pair": mixed,
               "looks at a missing file": missing, "looks at temporary files": stray}
     assert counts == dict.fromkeys(counts, 0), (
-        f"{counts} in {2 * rounds} publications and {looks} looks; first failures: {failures[:2]}")
+        f"{counts} in {2 * rounds} publications and {looks} + {unlocked} looks; "
+        f"first failures: {failures[:2]}")
     assert book.state() in whole - {OLD}
     assert book.leftovers() == []
 
 
-SIGTERM_AT_RENAME = """
+SIGTERM_AT_THE_SWAP = """
 def on_sigterm(signum, frame):
     print("signal", flush=True)
     raise KeyboardInterrupt("SIGTERM")
 
-def sigterm_at_the_first_rename(done):
-    if done == "renamed 0":
+def sigterm_at_the_swap(done):
+    if done == "pointer swapped":
         os.kill(os.getpid(), signal.SIGTERM)
 
 signal.signal(signal.SIGTERM, on_sigterm)
-publish._after_step = sigterm_at_the_first_rename
+publish._after_step = sigterm_at_the_swap
 try:
     publish.publish_together(pairs, journal, on_done=lambda: print("done", flush=True))
 except KeyboardInterrupt:
@@ -208,7 +229,7 @@ def test_sigterm_during_the_swap_publishes_the_pair_and_says_so(tmp_path):
     """The signal waits for the swap to finish; the caller hears `on_done` before its handler
     runs, so it can report the chapter as published rather than "left unchanged"."""
     book = Book(tmp_path)
-    code, out, err = _finished(_child(SIGTERM_AT_RENAME, book, "new",
+    code, out, err = _finished(_child(SIGTERM_AT_THE_SWAP, book, "new",
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     assert (code, out.split()) == (0, ["done", "signal", "interrupted"]), err
     assert book.state() == NEW
@@ -239,16 +260,18 @@ def test_a_failed_copy_leaves_the_old_pair_and_no_temporary_files(tmp_path, monk
 
 
 @pytest.mark.parametrize("old", [OLD, None], ids=["over an old pair", "first publication"])
-def test_a_failed_second_rename_puts_the_old_pair_back(tmp_path, monkeypatch, old):
+def test_a_failed_swap_of_the_pointer_leaves_the_old_pair(tmp_path, monkeypatch, old):
     book = Book(tmp_path, old)
     real = os.replace
 
-    def notebook_rename_fails(src, dest):
-        if Path(dest) == book.notebook and ".incoming" in Path(src).name:
+    def pointer_swap_fails(src, dest):
+        if Path(dest) == book.pointer and "adopted" in seen:
             raise PermissionError(errno.EACCES, "Permission denied", str(dest))
         return real(src, dest)
 
-    monkeypatch.setattr(publish.os, "replace", notebook_rename_fails)
+    seen = []
+    monkeypatch.setattr(publish, "_after_step", seen.append)
+    monkeypatch.setattr(publish.os, "replace", pointer_swap_fails)
     with pytest.raises(publish.PublishError, match="Permission denied"):
         publish.publish_together(book.sources("new"), book.journal)
     assert book.state() == (old or MISSING)

@@ -4,6 +4,7 @@ folder outside the book."""
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,32 +97,43 @@ def _old_pair(tmp_path):
     return [(src_json, results / "c.json"), (src_nb, claims / "c.ipynb")], claims, results
 
 
+def _beside(*folders: Path) -> list[str]:
+    """What the folders hold but the chapter's lock (it stays: removing it would race another
+    publisher), its pointer and the publication folder the pointer names."""
+    keep = {".c.lock", ".c.current"}
+    for folder in folders:
+        if (folder / ".c.current").is_symlink():
+            keep.add(os.readlink(folder / ".c.current"))
+    return sorted(p.name for folder in folders for p in folder.iterdir() if p.name not in keep)
+
+
 def test_publishing_swaps_both_files(tmp_path):
     pairs, claims, results = _old_pair(tmp_path)
     publish.publish_together(pairs, results / ".c.journal")
     assert (results / "c.json").read_text() == "new verdict"
     assert (claims / "c.ipynb").read_text() == "new notebook"
-    # the chapter's lock file stays (removing it would race another publisher); nothing else
-    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == [".c.lock", "c.ipynb", "c.json"]
+    assert _beside(claims, results) == ["c.ipynb", "c.json"]
+    assert (claims / "c.ipynb").is_symlink() and (results / "c.json").is_symlink()
 
 
-def test_a_failure_between_the_two_moves_keeps_both_old_files_and_no_temp_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("failing", range(1, 5))
+def test_a_failed_rename_at_any_point_keeps_both_old_files_and_no_temp_file(
+        tmp_path, monkeypatch, failing):
     pairs, claims, results = _old_pair(tmp_path)
     real, calls = os.replace, []
 
-    def second_fails(src, dest):
+    def one_fails(src, dest):
         calls.append(dest)
-        if len(calls) == 2:
+        if len(calls) == failing:
             raise PermissionError(13, "Permission denied", str(dest))
         return real(src, dest)
 
-    monkeypatch.setattr(publish.os, "replace", second_fails)
+    monkeypatch.setattr(publish.os, "replace", one_fails)
     with pytest.raises(publish.PublishError, match="Permission denied"):
         publish.publish_together(pairs, results / ".c.journal")
     assert (results / "c.json").read_text() == "old verdict"
     assert (claims / "c.ipynb").read_text() == "old notebook"
-    # the chapter's lock file stays (removing it would race another publisher); nothing else
-    assert sorted(p.name for p in [*claims.iterdir(), *results.iterdir()]) == [".c.lock", "c.ipynb", "c.json"]
+    assert _beside(claims, results) == ["c.ipynb", "c.json"]
 
 
 def test_run_reports_a_failed_publication_in_one_line(tmp_path, monkeypatch, capsys):
@@ -153,7 +165,11 @@ def test_run_reports_a_failed_publication_in_one_line(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert code == 1 and "could not be put in place" in err and "left unchanged" in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in claims.iterdir() if p.suffix != ".lock") == [f"{CHAPTER}.ipynb", f"{CHAPTER}.json"]
+    keep = {f".{CHAPTER}.lock", f".{CHAPTER}.current"}
+    if (claims / f".{CHAPTER}.current").is_symlink():
+        keep.add(os.readlink(claims / f".{CHAPTER}.current"))
+    assert sorted(p.name for p in claims.iterdir() if p.name not in keep) == [
+        f"{CHAPTER}.ipynb", f"{CHAPTER}.json"]
     assert (claims / f"{CHAPTER}.json").read_text() == "old verdict"
     assert not [p for p in execute.STAGING_DIR.glob(f"{CHAPTER}-*-{os.getpid()}-*")]
 
@@ -206,17 +222,81 @@ def test_an_empty_preset_is_refused_and_never_publishes(capsys):
     assert book_digest() == before
 
 
-def test_build_and_validate_repair_a_swap_a_kill_left_half_done(tmp_path, capsys):
-    """A run killed between the two renames leaves a journal; the book is repaired before it is
-    read, not only at the chapter's next publication."""
+def test_a_kill_leaves_a_whole_pair_and_build_and_validate_tidy_what_it_left(tmp_path, capsys):
+    """A run killed after copying its new pair and before the swap: the book shows the old pair
+    with no repair; the folder it left goes before the book is read."""
     pairs, claims, results = _old_pair(tmp_path)
     journal = results / ".c.journal"
     kill = ("import os, signal, sys\nfrom pathlib import Path\nfrom replicate.harness import publish\n"
-            "publish._after_step = lambda step: step == 'renamed 0' and os.kill(os.getpid(), signal.SIGKILL)\n"
+            "publish._after_step = lambda step: step == 'copied' and os.kill(os.getpid(), signal.SIGKILL)\n"
             f"publish.publish_together({[(str(a), str(b)) for a, b in pairs]!r}, Path({str(journal)!r}))\n")
     assert subprocess.run([sys.executable, "-c", kill]).returncode == -9
-    assert journal.exists() and (results / "c.json").read_text() == "new verdict"  # a mix
-    execute.repair_book(claims, results)
     assert (results / "c.json").read_text() == "old verdict"
-    assert (claims / "c.ipynb").read_text() == "old notebook" and not journal.exists()
-    assert "put back the old" in capsys.readouterr().err
+    assert (claims / "c.ipynb").read_text() == "old notebook"
+    assert len(_beside(claims, results)) == 3  # the two links and the new pair's folder
+    execute.repair_book(claims, results)
+    assert _beside(claims, results) == ["c.ipynb", "c.json"]
+    assert (results / "c.json").read_text() == "old verdict"
+    assert "removed 1 leftover" in capsys.readouterr().err
+
+
+def _held(lock: Path) -> bool:
+    """Whether someone holds the lock file (a second open file description cannot take it)."""
+    import fcntl
+
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
+def test_build_reads_each_verdict_and_rewrites_its_page_under_the_chapters_lock(tmp_path, monkeypatch):
+    """So that `build` beside a publication renders a page from one publication: a results file
+    read before a swap and a notebook rewritten after it is what the lock rules out."""
+    from replicate.harness import scoreboard
+
+    claims, results = tmp_path / "claims", tmp_path / "results"
+    claims.mkdir(), results.mkdir()
+    shutil.copy(BOOK_DIR / "claims" / f"{CHAPTER}.ipynb", claims / f"{CHAPTER}.ipynb")
+    shutil.copy(BOOK_DIR / "results" / f"{CHAPTER}.json", results / f"{CHAPTER}.json")
+    lock = execute.journal_path(results, CHAPTER).with_suffix(".lock")
+    seen, read, refresh = [], scoreboard.read_record, scoreboard.refresh_chapter_page
+
+    def reading(path):
+        if Path(path).name == f"{CHAPTER}.json":
+            seen.append(("read", _held(lock)))
+        return read(path)
+
+    def refreshing(notebook, *args, **kwargs):
+        seen.append(("write", _held(lock)))
+        return refresh(notebook, *args, **kwargs)
+
+    monkeypatch.setattr(scoreboard, "read_record", reading)
+    monkeypatch.setattr(scoreboard, "refresh_chapter_page", refreshing)
+    scoreboard.refresh_pages(results, claims)
+    assert seen and seen[0] == ("read", True) and ("write", True) in seen
+    assert all(held for _, held in seen)
+
+
+def test_every_verdict_records_the_cpus_model_beside_its_vector_unit(tmp_path, monkeypatch):
+    """Two CPUs with one vector unit can still take a long run down different paths."""
+    import papermill
+
+    def fake_execute(src, out, **kwargs):
+        Path(out).write_text(Path(src).read_text())
+        folder = Path(os.environ["REPLICATE_RESULTS_DIR"])
+        folder.mkdir(parents=True)
+        (folder / f"{CHAPTER}.json").write_text('{"cpu_capability": "AVX512"}')
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    monkeypatch.setattr(execute, "prepare_page", lambda *a: None)
+    claims = tmp_path / "claims"
+    assert cli.main(["run", CHAPTER, "--preset", "smoke", "--claims-dir", str(claims)]) == 0
+    record = json.loads((claims / f"{CHAPTER}.json").read_text())
+    assert record["cpu_capability"] == "AVX512"
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
+                  .splitlines() if line.startswith("model name")), None)
+    assert record["cpu_model"] == (model and " ".join(model.split())) and record["cpu_model"]

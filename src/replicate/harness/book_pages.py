@@ -208,7 +208,9 @@ def provenance_box(record: dict, seeds: dict | None, paper: dict | None = None) 
     commits = sorted({c["commit"] for c in ((seeds or {}).get("code") or {}).get("commits", [])}
                      - {record["git_commit"]})
     items = [f"This page: preset `{preset_label(record)}`, seed {record['seed']}, executed at "
-             f"commit `{record['git_commit']}` on {record['device']} in {record['duration_s']:.0f} s"
+             f"commit `{record['git_commit']}` on {record['device']}"
+             + (f" ({record['cpu_model']})" if record.get("cpu_model") else "")
+             + f" in {record['duration_s']:.0f} s"
              + (f", {runs['reused']} of {runs['reused'] + runs.get('computed', 0)} training runs "
                 f"taken from the run cache" if runs.get("reused") else "") + ".",
              f"From an empty run cache, this chapter takes {cold_time(record['chapter'])} at "
@@ -503,6 +505,6 @@ def refresh_chapter_page(notebook: Path, record: dict, seeds: dict | None,
     _readable_checks(cells, record["checks"])
     nb.cells = cells
     after = nbformat.writes(nb)
-    if after != before:
-        atomic_write(notebook, after)
+    if after != before:  # into the publication's own file, the link to it kept
+        atomic_write(Path(notebook).resolve(), after)
     return after != before

@@ -94,8 +94,18 @@ def cmd_run(args) -> int:
             targets[spec.chapter] = ex.CLAIMS_DIR, Path(args.results_dir or ex.RESULTS_DIR)
         else:
             targets[spec.chapter] = (ex.run_folder(spec),) * 2
-    for folder in sorted({f for pair in targets.values() for f in pair}):
-        ex.check_writable(folder)
+    created = {}
+    try:
+        for folder in sorted({f for pair in targets.values() for f in pair}):
+            created[folder] = ex.check_writable(folder)
+        return _run_into(args, specs, targets)
+    finally:  # a run stopped or failed before it wrote anything leaves no empty folder of its own
+        for folder, top in created.items():
+            ex.remove_if_empty(folder, top)
+
+
+def _run_into(args, specs: list[RunSpec], targets: dict[str, tuple[Path, Path]]) -> int:
+    """Run the checked specs into their destinations (`targets`: chapter -> claims, results)."""
     in_book = lambda folder: Path(folder).resolve().is_relative_to(BOOK_DIR.resolve())  # noqa: E731
     publishing = any(in_book(f) for pair in targets.values() for f in pair)
     commit = git_commit()

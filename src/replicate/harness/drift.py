@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import chapters, is_item_list
-from ..verdict import check_key
+from ..verdict import check_key, word
 from .seeds import RESULTS_DIR, SWEEPS_DIR, collect_runs, ids_by_name, prediction_interval, with_ids
 
 REL, ABS = 0.05, 1e-3
@@ -138,12 +138,50 @@ def _walk(check: str, where: str, old: Any, new: Any, tol: Tolerance, out: list[
         out.append(Difference(check, where, old, new, False))
 
 
+def seed_words(chapter: str, results_dir=None, sweeps_dir=None,
+               preset: str = "cpu") -> dict[str, set[str]]:
+    """{check key: the words (PASS, FAIL, ...) it reads across the seeds of the published group}."""
+    runs, _, _ = collect_runs(chapter, preset, {}, results_dir or RESULTS_DIR,
+                              sweeps_dir or SWEEPS_DIR)
+    ids = ids_by_name(c for run in runs.values() for c in run["record"].get("checks", []))
+    words: dict[str, set[str]] = {}
+    for run in runs.values():
+        for check in with_ids(run["record"].get("checks", []), ids):
+            words.setdefault(check_key(check), set()).add(word(check))
+    return words
+
+
 def compare(published: dict, now: dict, tolerance: Tolerance | None = None,
             per_check: dict[str, Tolerance] | None = None,
-            spread: dict[tuple[str, str], list] | None = None) -> list[Difference]:
+            spread: dict[tuple[str, str], list] | None = None,
+            words: dict[str, set[str]] | None = None) -> list[Difference]:
     """Every difference between two results records' verdicts (see the module's docstring);
     `per_check`: tolerances by check id (or name); `spread`: the seeds' values of each number
-    (`seed_spread`), where the chapter accepts them."""
+    (`seed_spread`), where the chapter accepts them; `words`: each check's words across the
+    seeds (`seed_words`): a check whose word differs from the book where the seeds read both
+    words is within the seeds' spread (a fragile check, not a changed result), and so is the
+    verdict when only such checks moved it."""
+    out = _compare(published, now, tolerance, per_check, spread)
+    if not words:
+        return out
+    old_checks = {check_key(c): c for c in published.get("checks", [])}
+    new_checks = {check_key(c): c for c in now.get("checks", [])}
+    by_name = {c["name"]: key for key, c in {**old_checks, **new_checks}.items()}
+    for d in out:
+        key = by_name.get(d.check)
+        if (d.where in ("passed", "inconclusive") and key in old_checks and key in new_checks
+                and {word(old_checks[key]), word(new_checks[key])} <= words.get(key, set())):
+            d.within = d.by_seeds = True
+    flips = [d for d in out if d.where in ("passed", "inconclusive")]
+    for d in out:
+        if d.where == "reproduced" and flips and all(f.by_seeds for f in flips):
+            d.within = d.by_seeds = True
+    return out
+
+
+def _compare(published: dict, now: dict, tolerance: Tolerance | None = None,
+             per_check: dict[str, Tolerance] | None = None,
+             spread: dict[tuple[str, str], list] | None = None) -> list[Difference]:
     tolerance, per_check, out = tolerance or Tolerance(), per_check or {}, []
     if published.get("reproduced") != now.get("reproduced"):
         out.append(Difference("(verdict)", "reproduced", published.get("reproduced"),
@@ -171,10 +209,13 @@ def compare(published: dict, now: dict, tolerance: Tolerance | None = None,
     return out
 
 
-def table(chapter: str, differences: list[Difference]) -> str:
-    """The differences as a plain-text table, beyond-tolerance rows marked DRIFT."""
+def table(chapter: str, differences: list[Difference], words_same: bool = True) -> str:
+    """The differences as a plain-text table, beyond-tolerance rows marked DRIFT; its last line
+    says whether the chapter is as published (nbval's word comparison counts: `words_same`)."""
+    last = ([] if words_same else
+            [f"{chapter}: its verdict's words differ from the book (nbval's report above)"])
     if not differences:
-        return f"{chapter}: every word and number as published"
+        return "\n".join(last or [f"{chapter}: every word and number as published"])
     def short(value: Any) -> str:
         text = f"{value:.4g}" if isinstance(value, float) else str(value)
         return text if len(text) <= 24 else text[:21] + "..."
@@ -185,8 +226,72 @@ def table(chapter: str, differences: list[Difference]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     by_seeds = sum(d.by_seeds for d in differences)
-    note = ([f"  seeds: beyond the tolerance, but where one more seed's value would fall "
-             f"({by_seeds} value(s); 95% prediction interval over the book's seeds)"]
-            if by_seeds else [])
-    return "\n".join([f"{chapter}: {len(differences)} value(s) differ from the published verdict, "
-                      f"{sum(not d.within for d in differences)} beyond tolerance", *lines, *note])
+    note = ([f"  seeds: {by_seeds} value(s) beyond the tolerance but where one more seed's would "
+             f"fall (95% prediction interval over the book's seeds), or a check's word that its "
+             f"seeds read both ways"] if by_seeds else [])
+    beyond = sum(not d.within for d in differences)
+    head = f"{chapter}: {len(differences)} value(s) differ from the published verdict"
+    fragile = sum(d.by_seeds for d in differences if d.where in ("passed", "inconclusive"))
+    verdict = (last[0] if last else f"{chapter}: {beyond} value(s) beyond tolerance" if beyond
+               else f"{chapter}: as published within its seeds' spread ({fragile} check word(s) "
+               "that its seeds read both ways)" if fragile
+               else f"{chapter}: every word and number as published, within tolerance")
+    return "\n".join([head, *lines, *note, verdict])
+
+
+# --- The published page against its own record -------------------------------------------------
+# nbval masks the numbers of the verdict cell; the record's numbers are compared above. What the
+# reader sees is the page: each check's lines as the page prints them must be the ones its own
+# results file renders (a page edited by hand, or a notebook from another publication, differs).
+
+def printed_check(check: dict) -> str:
+    """The lines `ChapterRun.verdict` prints for one check of a record."""
+    from ..config import counted, format_value
+    from ..verdict import _wrap, word
+
+    lines = [_wrap(check["name"], f"{word(check):6s} ", " " * 7),
+             _wrap(format_value(counted(check["ours"])), "       ours: ", " " * 13),
+             _wrap(format_value(counted(check["paper"])), "       paper: ", " " * 14)]
+    if check.get("diagnosis"):
+        lines.append(_wrap(check["diagnosis"], "       why: ", " " * 12))
+    return "\n".join(lines)
+
+
+def verdict_text(notebook: dict) -> str:
+    """The printed text of the page's verdict cell (the one nbval checks)."""
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code" and "NBVAL_CHECK_OUTPUT" in "".join(cell["source"]):
+            return "".join("".join(out.get("text", "")) for out in cell.get("outputs", [])
+                           if out.get("output_type") == "stream")
+    return ""
+
+
+def page_differences(notebook: dict, record: dict) -> list[Difference]:
+    """Each check whose lines on the page are not what the record renders, as a DRIFT row with
+    the page's own lines for that check (or "(absent)")."""
+    text, out = verdict_text(notebook), []
+    blocks = _page_blocks(text)
+    for check in record.get("checks", []):
+        expected = printed_check(check)
+        if expected + "\n" in text + "\n":
+            continue
+        first = expected.splitlines()[0]
+        shown = blocks.get(first, "(absent)")
+        out.append(Difference(check["name"], "page vs its results file", " ".join(expected.split()[1:]),
+                              " ".join(shown.split()[1:]) or shown, False))
+    return out
+
+
+def _page_blocks(text: str) -> dict[str, str]:
+    """The page's check blocks by their first line: a block runs to the next line that starts
+    with a verdict word or the overall verdict."""
+    import re
+
+    blocks, current = {}, None
+    for line in text.splitlines():
+        if re.match(r"(PASS|FAIL|REPORT|INCONCLUSIVE)\s", line) or line.startswith(("Verdict", "Claim")):
+            current = line
+            blocks[current] = line
+        elif current is not None:
+            blocks[current] += "\n" + line
+    return blocks

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import data
 from ..config import SCHEMA_PRESET, ConfigError, RunSpec, get_chapter
-from ..runtime import (BOOK_DIR, PROJECT_ROOT, atomic_write, check_cache_dir, display_path,
+from ..runtime import (BOOK_DIR, PROJECT_ROOT, atomic_write, cache_dir, check_cache_dir, display_path,
                        runs_dir)
 from . import publish
 from .book_pages import load_paper, paper_summary, refresh_chapter_page
@@ -73,13 +73,42 @@ def is_book_run(spec: RunSpec) -> bool:
     return spec.preset == SCHEMA_PRESET and not spec.overrides  # else runs/ unless --publish
 
 
-def check_writable(folder: Path) -> None:
+# Room a chapter's page needs where it lands (an executed notebook with its figures is a few MB):
+# a full disk is found before the kernel starts, not after the chapter has run for minutes.
+MIN_FREE_MB = 50
+
+
+def check_writable(folder: Path) -> Path | None:
+    """Create `folder` if missing and make sure a page can be written there; returns the topmost
+    folder this created (None if it existed), so that a run that writes nothing can remove it."""
+    folder = Path(folder)
+    created = next((f for f in reversed([folder, *folder.parents]) if not f.exists()), None)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"cannot create {display_path(folder)}: {err.strerror}") from None
     if not os.access(folder, os.W_OK | os.X_OK):
+        remove_if_empty(folder, created)
         raise ConfigError(f"{display_path(folder)} is not writable; nothing was run")
+    free_mb = shutil.disk_usage(folder).free / 2**20
+    if free_mb < MIN_FREE_MB:
+        remove_if_empty(folder, created)
+        raise ConfigError(f"{display_path(folder)} has {free_mb:.0f} MB free, less than the "
+                          f"{MIN_FREE_MB} MB a chapter's page needs; nothing was run")
+    return created
+
+
+def remove_if_empty(folder: Path, created: Path | None) -> None:
+    """Remove `folder` and its parents up to `created` (what `check_writable` made) while empty."""
+    if created is None:
+        return
+    for path in [Path(folder), *Path(folder).parents]:
+        try:
+            path.rmdir()  # only an empty folder goes
+        except OSError:
+            return
+        if path == created:
+            return
 
 
 # Staging folders: <chapter>-<host>-<pid>-<random>, removed by their run however it ends; those
@@ -162,7 +191,8 @@ def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
             return False, f"{name} ran but wrote no verdict (did the notebook call run.save()?)"
         try:
             record = json.loads(result.read_text()) | {
-                "notebook_s": notebook_costs(out, time.perf_counter() - called)}
+                "notebook_s": notebook_costs(out, time.perf_counter() - called),
+                "cpu_model": cpu_model()}
             atomic_write(result, json.dumps(record, indent=2) + "\n")
             prepare_page(out, record, results_dir)
         except Exception as err:  # a malformed verdict or notebook: report it, publish nothing
@@ -179,6 +209,18 @@ def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
         tempfile.tempdir = saved_tempdir
         stop_kernels()
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def cpu_model() -> str:
+    """The processor's model name (beside the record's vector unit, `cpu_capability`): float
+    reductions, and so a long run's path, can differ between two CPUs with the same unit."""
+    import platform
+
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return " ".join(line.split(":", 1)[1].split())
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def notebook_costs(notebook: Path, wall: float | None = None, shown: int = 6) -> dict:
@@ -212,11 +254,18 @@ def journal_path(results_dir: Path, chapter: str) -> Path:
 
 
 def repair_book(claims_dir: Path = CLAIMS_DIR, results_dir: Path = RESULTS_DIR) -> None:
-    """Undo the swaps that a killed run left half done, before anything reads the book."""
-    for journal in Path(results_dir).glob(".*.journal"):
-        name = journal.name[1:-len(".journal")]
-        done = publish.repair(journal, [results_dir / f"{name}.json", claims_dir / f"{name}.ipynb"])
-        print(f"{name}: {done}", file=sys.stderr)
+    """Before anything reads the book: remove what killed publications left beside its chapters
+    (their pairs are whole: `publish`), and give a pair still held in plain files (published
+    before the links) its links, so that its next publication is one swap too."""
+    results_dir = Path(results_dir)
+    for verdicts, pages in ((results_dir, Path(claims_dir)), (results_dir / "paper",) * 2):
+        for verdict in sorted(verdicts.glob("[!.]*.json")):
+            name = verdict.name[:-len(".json")]
+            if name.endswith(".seeds") or not (pages / f"{name}.ipynb").exists():
+                continue
+            if done := publish.repair(journal_path(verdicts, name)):
+                print(f"{name}: {done}", file=sys.stderr)
+            publish.adopt(journal_path(verdicts, name), [verdict, pages / f"{name}.ipynb"])
 
 
 def prepare_page(notebook: Path, record: dict, results_dir: Path) -> None:
@@ -225,12 +274,28 @@ def prepare_page(notebook: Path, record: dict, results_dir: Path) -> None:
     nb, name = nbformat.read(notebook, as_version=4), record["chapter"]
     nb.metadata.get("papermill", {}).update(input_path=f"notebooks/{name}.ipynb",
                                             output_path=f"book/claims/{name}.ipynb")
+    drop_cache_lines(nb)
     nbformat.write(nb, notebook)
     published = load_paper(name, results_dir) if record["preset"] == SCHEMA_PRESET else None
     paper = paper_summary(name, *published) if published else None
     refresh_chapter_page(notebook, record, load_seeds(name, results_dir), JUDGING_DIR, paper,
                          paper_seeds=published[1] if published else None,
                          paper=published[0] if published else None)
+
+
+def drop_cache_lines(nb) -> None:
+    """Remove printed lines that name the run cache (a corrupt entry recomputed, a run that could
+    not be stored): how a page was made is in its record, not among a reader's outputs."""
+    folder = cache_dir()
+    names = {str(folder), str(folder.resolve()), display_path(folder)}
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if output.get("output_type") == "stream":
+                lines = output["text"].splitlines(keepends=True)
+                output["text"] = "".join(ln for ln in lines if not any(n in ln for n in names))
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if o.get("output_type") != "stream" or o.get("text")]
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # unwind like Ctrl-C: every `finally` runs

@@ -1,86 +1,94 @@
 """Put an executed chapter's notebook and its verdict into the book together: the old pair or the
-new, never a mix or a missing file, whatever cuts it off. A publication, under the chapter's lock:
-1. repair: undo a publication that a kill cut off (see `repair`);
-2. copy each new file and each old one beside its destination, flushed to disk;
-3. write the journal atomically: each destination's incoming file and previous copy (or null);
-4. rename every incoming file onto its destination;
-5. remove the journal: this is the moment the new pair is published;
-6. remove the previous copies.
-After a kill before 5 the next repair puts every old file back; after 5 it removes the copies.
-Ctrl-C, SIGTERM and SIGHUP are held from 3 to 6, so only SIGKILL or a crash cuts the swap. All
-publishers of a destination use one journal: the lock tells repair nobody alive owns a temp file."""
+new, never a mix or a missing file, whatever cuts it off, and no reader ever needs a repair.
+
+A chapter's published files live in one folder per publication, `.<chapter>.v-<random>/`, beside
+its results file; one symbolic link, `.<chapter>.current`, names the folder in force, and each
+destination (`results/<chapter>.json`, `claims/<chapter>.ipynb`) is a fixed link through it. A
+publication, under the chapter's lock:
+1. tidy: remove the folders and links of publications that a kill cut off (never the current one);
+2. adopt: the first time, move plain destination files into a folder of their own and make the
+   destinations links through the pointer (each step shows the old pair);
+3. copy the new files into a new folder, flushed to disk;
+4. swap the pointer to the new folder with one rename: this is the moment the new pair is
+   published, and the only one;
+5. remove the previous folder.
+Ctrl-C, SIGTERM and SIGHUP are held across 4 and 5, so only SIGKILL or a crash cuts it short, and
+what they leave is an unreferenced folder that the next publication removes."""
 import contextlib
 import fcntl
-import io
-import json
 import os
 import secrets
 import shutil
 import signal
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator
 
 HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-_Entry = NamedTuple("_Entry", [("dest", Path), ("incoming", Path), ("previous", Path | None)])
 # Test hook, called with each step's name once it is done, so that tests can kill the process.
 _after_step: Callable[[str], None] = lambda step: None
 
 
 class PublishError(RuntimeError):
-    """The pair could not be put in place; the old pair stands (the message says if not yet)."""
+    """The pair could not be put in place; the old pair stands."""
 
 
 def publish_together(pairs: list[tuple[Path, Path]], journal: Path,
                      on_done: Callable[[], None] | None = None) -> None:
-    """Copy each src to its dest, all or none. Raises PublishError, the old pair in place, if
-    anything fails before step 5. Calls `on_done` after it, before held signals are let through,
-    so that a caller whose signal handler raises still knows that the pair was published."""
+    """Copy each src to its dest, all or none. `journal` names the chapter's lock and pointer
+    (`<folder>/.<chapter>.journal`: `.lock` and `.current` beside it). Raises PublishError, the
+    old pair in place, if anything fails before the pointer moves. Calls `on_done` after it,
+    before held signals are let through, so that a caller whose signal handler raises still
+    knows that the pair was published."""
     pairs = [(Path(src), Path(dest).absolute()) for src, dest in pairs]
-    journal, dests, entries = Path(journal).absolute(), [dest for _, dest in pairs], []
+    journal, dests = Path(journal).absolute(), [dest for _, dest in pairs]
+    pointer = _pointer(journal)
     with contextlib.ExitStack() as stack:  # unwinds last in, first out: signals, then the lock
         with _reported("cannot take the lock: "):
             stack.enter_context(chapter_lock(journal))
-        with _reported("an interrupted publication could not be undone: "):
-            _repair_locked(journal, dests)  # step 1
-        with _reported(undo=lambda: _repair_locked(journal, dests)):  # what a failure leaves
-            for src, dest in pairs:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                entries.append(_Entry(dest, _stage(dest, "incoming", src),
-                                      _stage(dest, "previous", dest) if dest.exists() else None))
-            _fsync_dirs(dest.parent for dest in dests)
+        with _reported("cannot tidy an earlier publication: "):
+            _tidy_locked(journal)  # step 1
+        with _reported("cannot link the destinations: "):
+            _adopt_locked(journal, dests)  # step 2
+            _after_step("adopted")
+        new = pointer.with_name(f"{_stem(journal)}.v-{secrets.token_hex(4)}")
+        with _reported(undo=lambda: shutil.rmtree(new, ignore_errors=True)):
+            new.mkdir()
+            for number, (src, dest) in enumerate(pairs):
+                _copy(src, new / _slot(number, dest))
+            _fsync_dirs([new])
             _after_step("copied")
             stack.callback(signal.pthread_sigmask, signal.SIG_SETMASK,  # let through at the end
                            signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS))
-            record = json.dumps({"pairs": [e._asdict() for e in entries]}, indent=1, default=str)
-            os.replace(_stage(journal, "writing", record.encode()), journal)  # whole or none
-            _fsync_dirs([journal.parent])
-            _after_step("journal written")
-            for number, entry in enumerate(entries):
-                os.replace(entry.incoming, entry.dest)
-                _after_step(f"renamed {number}")
-            _fsync_dirs(dest.parent for dest in dests)  # the renames stick before step 5
-            journal.unlink()  # from here on, the new pair is the published one
-        with contextlib.suppress(OSError):  # published already: only durability is at stake
-            _fsync_dirs([journal.parent])
-        _after_step("journal removed")
+            previous = _current(pointer)
+            _link(new.name, pointer)  # step 4: from here on, the new pair is the published one
+            _fsync_dirs([pointer.parent])
+        _after_step("pointer swapped")
         try:
             if on_done is not None:
                 on_done()
-        finally:  # a previous copy that cannot be removed is left for the next repair
-            _remove(entry.previous for entry in entries if entry.previous)
+        finally:  # a folder that cannot be removed is left for the next publication's tidy
+            if previous is not None:
+                shutil.rmtree(previous, ignore_errors=True)
             _after_step("previous removed")
 
 
 def repair(journal: Path, dests: Iterable[Path] = ()) -> str | None:
-    """Under the lock: roll back a swap that `journal` records, remove dead publishers' temporary
-    files of `dests` (a journal names its own); returns a line saying what it did, or None."""
+    """Under the lock: remove what publications cut off by a kill left beside the chapter (its
+    pair is whole already); returns a line saying what it removed, or None."""
     with chapter_lock(journal):
-        return _repair_locked(Path(journal).absolute(), [Path(dest).absolute() for dest in dests])
+        return _tidy_locked(Path(journal).absolute())
+
+
+def adopt(journal: Path, dests: Iterable[Path]) -> None:
+    """Under the lock: make the destinations links through the chapter's pointer (step 2 alone),
+    in the order a publication pairs them; their content is unchanged."""
+    with chapter_lock(journal):
+        _adopt_locked(Path(journal).absolute(), [Path(dest).absolute() for dest in dests])
 
 
 @contextlib.contextmanager
 def chapter_lock(journal: Path) -> Iterator[None]:
-    """Hold the chapter's lock, as readers of a whole pair do. Its file is never removed: one
+    """Hold the chapter's lock, as writers of its page do. Its file is never removed: one
     waiting on a removed file would hold a lock that the next one, on a new file, does not see."""
     path = Path(journal).with_suffix(".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,50 +97,93 @@ def chapter_lock(journal: Path) -> Iterator[None]:
         yield
 
 
-def _repair_locked(journal: Path, dests: list[Path]) -> str | None:
-    """`repair` for a caller holding the lock, which makes any temporary file a dead publisher's."""
-    done = []
-    if journal.exists():  # cut off before step 5: put every old file back, whichever renames
-        entries = [_Entry(**{key: path and Path(path) for key, path in item.items()})
-                   for item in json.loads(journal.read_text())["pairs"]]
-        for entry in entries:
-            if entry.previous is None:
-                entry.dest.unlink(missing_ok=True)
-            elif entry.previous.exists():  # else a repair cut off itself had moved it back
-                os.replace(entry.previous, entry.dest)
-        _fsync_dirs(entry.dest.parent for entry in entries)
-        _remove(entry.incoming for entry in entries)
-        journal.unlink()  # last, so that a repair cut off is done again in full by the next one
-        _fsync_dirs([journal.parent])
-        dests = [*dests, *(entry.dest for entry in entries)]
-        names = " and ".join(entry.dest.name for entry in entries)
-        done.append(f"put back the old {names} of a publication that was cut off")
-    kinds = [(journal, "writing")] + [(d, k) for d in dests for k in ("incoming", "previous")]
-    found = set()
-    for d, k in kinds:  # a missing folder holds no temporary file
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            found |= {p for p in d.parent.iterdir() if p.name.startswith(f".{d.name}.{k}-")}
-    _remove(found)
-    if strays := [path for path in found if not os.path.lexists(path)]:
-        done.append(f"removed {len(strays)} temporary file(s) of a publisher that died "
-                    f"({', '.join(sorted(path.name for path in strays))})")
-    return "; ".join(done) or None
+def published_folder(journal: Path) -> Path | None:
+    """The folder of the chapter's publication in force (None before its first)."""
+    return _current(_pointer(Path(journal).absolute()))
 
 
-def _stage(dest: Path, kind: str, content: Path | bytes) -> Path:
-    """Put `content` (these bytes, or a copy of this file with its times and mode) in a new file
-    `.<name>.<kind>-<pid>-<random>` beside `dest`, never one that exists, flushed to disk."""
-    with open(content, "rb") if isinstance(content, Path) else io.BytesIO(content) as source:
-        while True:  # the source is opened first: a missing one leaves nothing behind
-            path = dest.with_name(f".{dest.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
-            with contextlib.suppress(FileExistsError), open(path, "xb") as out:  # taken: try again
-                shutil.copyfileobj(source, out)
-                out.flush()
-                os.fsync(out.fileno())
-                break
-    if kind == "previous":  # so that putting it back restores the file as it was
-        shutil.copystat(content, path)
-    return path
+def _stem(journal: Path) -> str:
+    return journal.name[:-len(".journal")] if journal.name.endswith(".journal") else journal.name
+
+
+def _pointer(journal: Path) -> Path:
+    return journal.with_name(f"{_stem(journal)}.current")
+
+
+def _slot(number: int, dest: Path) -> str:
+    return f"{number}-{dest.name}"
+
+
+def _current(pointer: Path) -> Path | None:
+    return pointer.parent / os.readlink(pointer) if pointer.is_symlink() else None
+
+
+def _link(target: str, path: Path) -> None:
+    """Make `path` a symbolic link to `target` in one rename, whatever it was before."""
+    temporary = path.with_name(f".{path.name}.link-{os.getpid()}-{secrets.token_hex(4)}")
+    os.symlink(target, temporary)
+    try:
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _adopt_locked(journal: Path, dests: list[Path]) -> None:
+    """Make each destination a link through the pointer, keeping what it shows: plain files (a
+    book published before links, a first publication) move into a folder of their own first."""
+    pointer = _pointer(journal)
+    links = {dest: os.path.relpath(pointer / _slot(number, dest), dest.parent)
+             for number, dest in enumerate(dests)}
+    if all(dest.is_symlink() and os.readlink(dest) == target for dest, target in links.items()):
+        return
+    held = pointer.with_name(f"{_stem(journal)}.v-{secrets.token_hex(4)}")
+    held.mkdir()
+    current = _current(pointer)
+    try:
+        for number, dest in enumerate(dests):  # what each destination shows now, as it is
+            if dest.exists():
+                _copy(dest, held / _slot(number, dest))
+        _fsync_dirs([held])
+        _link(held.name, pointer)  # the same pair: nothing points through it yet but these
+    except BaseException:
+        shutil.rmtree(held, ignore_errors=True)
+        raise
+    for number, (dest, target) in enumerate(links.items()):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _link(target, dest)
+        _after_step(f"linked {number}")
+    _fsync_dirs({pointer.parent, *(dest.parent for dest in dests)})
+    if current is not None:
+        shutil.rmtree(current, ignore_errors=True)
+
+
+def _tidy_locked(journal: Path) -> str | None:
+    """Remove the chapter's folders that the pointer does not name and any temporary link, for a
+    caller holding the lock (which makes them a dead publisher's)."""
+    pointer = _pointer(journal)
+    current = _current(pointer)
+    stem = _stem(journal)
+    strays = [p for p in pointer.parent.glob(f"{stem}.v-*") if current is None or p != current]
+    strays += list(pointer.parent.glob(f".{stem}.current.link-*"))
+    for path in strays:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if not strays:
+        return None
+    return (f"removed {len(strays)} leftover(s) of a publication that was cut off "
+            f"({', '.join(sorted(p.name for p in strays))})")
+
+
+def _copy(src: Path, dest: Path) -> None:
+    """Copy `src` (its bytes, times and mode) to the new file `dest`, flushed to disk."""
+    with open(src, "rb") as source, open(dest, "xb") as out:
+        shutil.copyfileobj(source, out)
+        out.flush()
+        os.fsync(out.fileno())
+    shutil.copystat(src, dest)
 
 
 def _fsync_dirs(folders: Iterable[Path]) -> None:
@@ -145,13 +196,6 @@ def _fsync_dirs(folders: Iterable[Path]) -> None:
             os.close(fd)
 
 
-def _remove(paths: Iterable[Path]) -> None:
-    """Remove the files that can be removed; one that cannot is left for the next repair."""
-    for path in paths:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
 @contextlib.contextmanager
 def _reported(what: str = "", undo: Callable[[], object] = lambda: None) -> Iterator[None]:
     """On a failure in the block, `undo`; then raise an OSError as a one-line PublishError."""
@@ -160,11 +204,7 @@ def _reported(what: str = "", undo: Callable[[], object] = lambda: None) -> Iter
     try:
         yield
     except BaseException as err:
-        try:
-            undo()
-        except OSError as also:
-            said = f"{describe(err)}; putting the old pair back failed too ({describe(also)})"
-            raise PublishError(f"{said}: the next publication or repair() will") from None
+        undo()
         if isinstance(err, OSError):
             raise PublishError(what + describe(err)) from None
         raise

@@ -439,14 +439,24 @@ def write_teaching(results_dir: Path, page: Path, claims_dir: Path | None = None
 
 
 def refresh_pages(results_dir: Path, claims_dir: Path = BOOK_DIR / "claims") -> int:
-    """Rewrite every executed chapter's verdict box and across-seeds section from its results."""
-    pages = [(ch, claims_dir / f"{ch}.ipynb", read_record(results_dir / f"{ch}.json"))
-             for ch in chapters()]
-    papers = {ch: load_paper(ch, results_dir) for ch, _, _ in pages}
-    return sum(refresh_chapter_page(notebook, record, load_seeds(ch, results_dir), JUDGING_DIR,
-                                    paper_summary(ch, *papers[ch]), paper_seeds=papers[ch][1],
-                                    paper=papers[ch][0])
-               for ch, notebook, record in pages if notebook.exists() and record)
+    """Rewrite every executed chapter's verdict box and across-seeds section from its results,
+    each under its chapter's lock: a page is made from the one publication it shows, never from
+    a results file read before a publication and a notebook read after it."""
+    from .execute import journal_path
+    from .publish import chapter_lock
+
+    changed = 0
+    for ch in chapters():
+        notebook = claims_dir / f"{ch}.ipynb"
+        with chapter_lock(journal_path(results_dir, ch)):
+            record = read_record(results_dir / f"{ch}.json")
+            if not (notebook.exists() and record):
+                continue
+            paper = load_paper(ch, results_dir)
+            changed += refresh_chapter_page(notebook, record, load_seeds(ch, results_dir),
+                                            JUDGING_DIR, paper_summary(ch, *paper),
+                                            paper_seeds=paper[1], paper=paper[0])
+    return changed
 
 
 def write_pages(results_dir: Path) -> int:
