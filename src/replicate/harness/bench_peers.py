@@ -1,5 +1,6 @@
 """The peers `bench` times our measures against, side by side in one process on the same inputs:
-torchattacks (PGD), scikit-dimension (MLE and TwoNN), PyHessian (the top Hessian eigenvalue) and a
+torchattacks (PGD), scikit-dimension (MLE and TwoNN), PyHessian (the top Hessian eigenvalue), SciPy's
+ARPACK (both ends of the Hessian's spectrum, from the same Hessian-vector products) and a
 `torch.func` computation of the empirical NTK, and torch.optim run one learning rate at a time
 (chapter 07's grid). None is a dependency of the book: a peer that is
 not installed gives a row that says so, and the benchmark still times ours."""
@@ -80,6 +81,29 @@ def pyhessian_top_eigenvalue(pyhessian: ModuleType, model: nn.Module, x: torch.T
                                    cuda=False).eigenvalues(maxIter=max_iter, tol=tol, top_n=1)
     model.zero_grad(set_to_none=True)
     return float(top[0])
+
+
+def arpack_extremes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, tol: float,
+                    seed: int = 0) -> tuple[float, float, int]:
+    """(lambda_max, lambda_min, Hessian-vector products) of the full-batch cross-entropy Hessian
+    by ARPACK's implicitly restarted Lanczos (`scipy.sparse.linalg.eigsh`, `which="BE"`: one
+    eigenvalue from each end) on a LinearOperator of the same products our Lanczos uses, built
+    afresh each call as ours is; `tol` is ARPACK's relative accuracy of the Ritz values."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    from ..measures.landscape import hvp_operator
+
+    hvp, dtype = hvp_operator(model, x, y), next(model.parameters()).dtype
+    size, count = sum(p.numel() for p in model.parameters()), [0]
+
+    def matvec(v: np.ndarray) -> np.ndarray:
+        count[0] += 1
+        return hvp(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(dtype)).numpy()
+
+    start = np.random.default_rng(seed).standard_normal(size).astype(np.float32)
+    values = eigsh(LinearOperator((size, size), matvec=matvec, dtype=np.float32), k=2,
+                   which="BE", tol=tol, v0=start, return_eigenvectors=False)
+    return float(values.max()), float(values.min()), count[0]
 
 
 def pyhessian_products(pyhessian: ModuleType, model: nn.Module, x: torch.Tensor,

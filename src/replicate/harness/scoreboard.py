@@ -479,21 +479,21 @@ def write_pages(results_dir: Path) -> int:
 
 
 def chapter_rows(results_dir: Path) -> list[dict]:
-    """End-to-end chapter times, as the chapters themselves recorded them at their last run."""
+    """Each chapter's time at `cpu` from an empty run cache (`cpu_cold_s`, measured), never the
+    duration of its last run, which the run cache can shorten to seconds."""
     def row(figure, minutes, target, met=None) -> dict:
         return {"figure": figure, "ours": minutes, "unit": "min", "peer": None, "peer_name": "",
                 "ratio": None, "target": target, "met": met}
     rows, total = [], 0.0
-    for record in load_results(results_dir):
-        total += record["duration_s"]
-        reused = (record.get("runs") or {}).get("reused", 0)
-        runs = "1 run" if reused == 1 else f"{reused} runs"
-        note = f" ({runs} reused from the cache)" if reused else ""
-        minutes = record["duration_s"] / 60
-        rows.append(row(f"chapter {record['chapter']} at preset {preset_label(record)}{note}",
-                        minutes, "<= 12 min", minutes <= 12))
+    for name, ch in chapters().items():
+        if not (seconds := ch.get("cpu_cold_s")):
+            continue
+        total += seconds
+        rows.append(row(f"chapter {name} at preset cpu, from an empty run cache (one thread)",
+                        seconds / 60, "<= 12 min", seconds <= 12 * 60))
     if rows:
-        rows.append(row("whole book, all chapters", total / 60, "<= 45 min", total <= 45 * 60))
+        rows.append(row("whole book, all chapters, from an empty run cache", total / 60,
+                        "<= 45 min", total <= 45 * 60))
     return rows
 
 
