@@ -178,8 +178,9 @@ def paper_box_line(chapter: str, paper: dict | None, paper_seeds: dict | None) -
 def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
                 paper: dict | None = None, paper_seeds: dict | None = None) -> str:
     """The box under the title: the verdict at `cpu` with one finding, the verdict across seeds,
-    and the verdict at the paper's settings with one finding; then the claim, under the box. How
-    the page was made is in `provenance_box`, at the page's end."""
+    and the verdict at the paper's settings with one finding; then what the chapter trained on
+    and where the claim's judging is set out. How the page was made is in `provenance_box`, at
+    the page's end."""
     from .findings import lead_finding
 
     passed, total = claim_counts(record)
@@ -193,11 +194,13 @@ def verdict_box(record: dict, seeds: dict | None, judged_label: str | None,
              f"{lead_finding(record)}", "",
              f"**Across seeds:** {seeds_line(seeds, record)}.", "",
              f"**At the paper's settings:** {paper_box_line(record['chapter'], paper, paper_seeds)}"]
-    if judged_label:
-        lines += ["", f"{{ref}}`How this claim is judged <{judged_label}>`."]
-    lines += [":::", "", ":::{dropdown} The claim, as this chapter checks it", record["claim"]
-              + (f" *Trained on {digits}.*" if digits else ""), ":::"]
-    return "\n".join(lines)
+    # The claim as checked, word for word, is on the judging page the last line links to; the
+    # chapter's own opening says it for a reader.
+    ending = ([f"*Trained on {digits}.*"] if digits else []) + (
+        [f"{{ref}}`How this claim is judged <{judged_label}>`."] if judged_label else [])
+    if ending:
+        lines += ["", " ".join(ending)]
+    return "\n".join([*lines, ":::"])
 
 
 def provenance_box(record: dict, seeds: dict | None, paper: dict | None = None) -> str:
