@@ -300,3 +300,22 @@ def test_every_verdict_records_the_cpus_model_beside_its_vector_unit(tmp_path, m
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
                   .splitlines() if line.startswith("model name")), None)
     assert record["cpu_model"] == (model and " ".join(model.split())) and record["cpu_model"]
+
+
+def test_a_published_chapter_is_named_by_its_place_in_the_book_not_its_publications_folder(
+        tmp_path, monkeypatch, capsys):
+    import papermill
+
+    def fake_execute(src, out, **kwargs):
+        Path(out).write_text(Path(src).read_text())
+        folder = Path(os.environ["REPLICATE_RESULTS_DIR"])
+        folder.mkdir(parents=True)
+        (folder / f"{CHAPTER}.json").write_text("{}")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    monkeypatch.setattr(execute, "prepare_page", lambda *a: None)
+    claims = tmp_path / "claims"
+    for _ in range(2):  # the second publication goes through the links the first made
+        assert cli.main(["run", CHAPTER, "--preset", "smoke", "--claims-dir", str(claims)]) == 0
+    out = capsys.readouterr().out
+    assert f"-> {claims}/{CHAPTER}.ipynb" in out and ".v-" not in out

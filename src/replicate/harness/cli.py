@@ -120,7 +120,7 @@ def _run_into(args, specs: list[RunSpec], targets: dict[str, tuple[Path, Path]])
     def report(spec: RunSpec, ok: bool, message: str) -> None:
         nonlocal failures
         failures += not ok
-        page = display_path(Path(targets[spec.chapter][0]) / f"{spec.chapter}.ipynb")
+        page = f"{display_path(targets[spec.chapter][0])}/{spec.chapter}.ipynb"  # the link, not its target
         print(message if ok else f"error: {message}\n       the published {page} and its verdict "
               "were left unchanged", file=sys.stdout if ok else sys.stderr)
 

@@ -204,7 +204,8 @@ def execute(spec: RunSpec, claims_dir: Path, results_dir: Path,
         except publish.PublishError as err:
             return False, f"{name} ran but could not be put in place: {err}"
         took = time.perf_counter() - started
-        return True, f"{name} done in {took:.0f} s -> {display_path(claims_dir / out.name)}"
+        # The link's own path (display_path would follow it into the publication's folder).
+        return True, f"{name} done in {took:.0f} s -> {display_path(claims_dir) + '/' + out.name}"
     finally:
         tempfile.tempdir = saved_tempdir
         stop_kernels()
