@@ -281,18 +281,23 @@ def test_build_reads_each_verdict_and_rewrites_its_page_under_the_chapters_lock(
     assert all(held for _, held in seen)
 
 
-def test_every_verdict_records_the_cpus_model_beside_its_vector_unit(tmp_path, monkeypatch):
-    """Two CPUs with one vector unit can still take a long run down different paths."""
+def _execution_faked(monkeypatch, verdict: str) -> None:
+    """`run` with papermill faked: the notebook is copied as it is and writes `verdict`."""
     import papermill
 
     def fake_execute(src, out, **kwargs):
         Path(out).write_text(Path(src).read_text())
         folder = Path(os.environ["REPLICATE_RESULTS_DIR"])
         folder.mkdir(parents=True)
-        (folder / f"{CHAPTER}.json").write_text('{"cpu_capability": "AVX512"}')
+        (folder / f"{CHAPTER}.json").write_text(verdict)
 
     monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
     monkeypatch.setattr(execute, "prepare_page", lambda *a: None)
+
+
+def test_every_verdict_records_the_cpus_model_beside_its_vector_unit(tmp_path, monkeypatch):
+    """Two CPUs with one vector unit can still take a long run down different paths."""
+    _execution_faked(monkeypatch, '{"cpu_capability": "AVX512"}')
     claims = tmp_path / "claims"
     assert cli.main(["run", CHAPTER, "--preset", "smoke", "--claims-dir", str(claims)]) == 0
     record = json.loads((claims / f"{CHAPTER}.json").read_text())
@@ -304,16 +309,7 @@ def test_every_verdict_records_the_cpus_model_beside_its_vector_unit(tmp_path, m
 
 def test_a_published_chapter_is_named_by_its_place_in_the_book_not_its_publications_folder(
         tmp_path, monkeypatch, capsys):
-    import papermill
-
-    def fake_execute(src, out, **kwargs):
-        Path(out).write_text(Path(src).read_text())
-        folder = Path(os.environ["REPLICATE_RESULTS_DIR"])
-        folder.mkdir(parents=True)
-        (folder / f"{CHAPTER}.json").write_text("{}")
-
-    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
-    monkeypatch.setattr(execute, "prepare_page", lambda *a: None)
+    _execution_faked(monkeypatch, "{}")
     claims = tmp_path / "claims"
     for _ in range(2):  # the second publication goes through the links the first made
         assert cli.main(["run", CHAPTER, "--preset", "smoke", "--claims-dir", str(claims)]) == 0
