@@ -82,19 +82,25 @@ def flat_numbers(value: Any, where: str) -> dict[str, float]:
     return {}
 
 
+def _seed_checks(chapter: str, results_dir=None, sweeps_dir=None, preset: str = "cpu"):
+    """Every check of every seed of the published group at `preset`, each with its id (a seed
+    written before ids takes the id of the same name in the other seeds)."""
+    runs, _, _ = collect_runs(chapter, preset, {}, results_dir or RESULTS_DIR,
+                              sweeps_dir or SWEEPS_DIR)
+    ids = ids_by_name(c for run in runs.values() for c in run["record"].get("checks", []))
+    for run in runs.values():
+        yield from with_ids(run["record"].get("checks", []), ids)
+
+
 def seed_spread(chapter: str, results_dir=None, sweeps_dir=None,
                 preset: str = "cpu") -> dict[tuple[str, str], list]:
     """{(check key, path): the value at every seed of the published group at `preset` (the
     book's, or the paper preset's)} from its published run and sweeps, for `seeds: true`
-    chapters; a seed written before ids takes the id of the same name in the other seeds."""
-    runs, _, _ = collect_runs(chapter, preset, {}, results_dir or RESULTS_DIR,
-                              sweeps_dir or SWEEPS_DIR)
-    ids = ids_by_name(c for run in runs.values() for c in run["record"].get("checks", []))
+    chapters."""
     spread: dict[tuple[str, str], list] = {}
-    for run in runs.values():
-        for check in with_ids(run["record"].get("checks", []), ids):
-            for where, v in flat_numbers(check.get("ours"), "ours").items():
-                spread.setdefault((check_key(check), where), []).append(v)
+    for check in _seed_checks(chapter, results_dir, sweeps_dir, preset):
+        for where, v in flat_numbers(check.get("ours"), "ours").items():
+            spread.setdefault((check_key(check), where), []).append(v)
     return spread
 
 
@@ -141,13 +147,9 @@ def _walk(check: str, where: str, old: Any, new: Any, tol: Tolerance, out: list[
 def seed_words(chapter: str, results_dir=None, sweeps_dir=None,
                preset: str = "cpu") -> dict[str, set[str]]:
     """{check key: the words (PASS, FAIL, ...) it reads across the seeds of the published group}."""
-    runs, _, _ = collect_runs(chapter, preset, {}, results_dir or RESULTS_DIR,
-                              sweeps_dir or SWEEPS_DIR)
-    ids = ids_by_name(c for run in runs.values() for c in run["record"].get("checks", []))
     words: dict[str, set[str]] = {}
-    for run in runs.values():
-        for check in with_ids(run["record"].get("checks", []), ids):
-            words.setdefault(check_key(check), set()).add(word(check))
+    for check in _seed_checks(chapter, results_dir, sweeps_dir, preset):
+        words.setdefault(check_key(check), set()).add(word(check))
     return words
 
 

@@ -72,7 +72,7 @@ def publish_together(pairs: list[tuple[Path, Path]], journal: Path,
             _after_step("previous removed")
 
 
-def repair(journal: Path, dests: Iterable[Path] = ()) -> str | None:
+def repair(journal: Path) -> str | None:
     """Under the lock: remove what publications cut off by a kill left beside the chapter (its
     pair is whole already); returns a line saying what it removed, or None."""
     with chapter_lock(journal):
@@ -95,11 +95,6 @@ def chapter_lock(journal: Path) -> Iterator[None]:
     with open(path, "a") as lock:  # closing it releases the lock
         fcntl.flock(lock, fcntl.LOCK_EX)  # retried by Python if a signal interrupts the wait
         yield
-
-
-def published_folder(journal: Path) -> Path | None:
-    """The folder of the chapter's publication in force (None before its first)."""
-    return _current(_pointer(Path(journal).absolute()))
 
 
 def _stem(journal: Path) -> str:
